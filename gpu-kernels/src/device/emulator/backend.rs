@@ -1,0 +1,212 @@
+//! The device layer's functions as the emulator serves them: each reads the calling host
+//! thread's emulated identity (block, thread, barrier count) from thread-local storage.
+
+extern crate std;
+
+use std::cell::RefCell;
+use std::format;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use super::block::{Access, BlockState};
+
+struct ThreadContext {
+    block: Arc<BlockState>,
+    thread: u32,
+    /// Block barriers this thread has passed: two accesses with the same count are not
+    /// ordered by a barrier.
+    barriers_passed: u32,
+}
+
+std::thread_local! {
+    static CONTEXT: RefCell<Option<ThreadContext>> = const { RefCell::new(None) };
+}
+
+pub(super) fn enter(block: Arc<BlockState>, thread: u32) {
+    CONTEXT.with(|context| {
+        *context.borrow_mut() = Some(ThreadContext { block, thread, barriers_passed: 0 });
+    });
+}
+
+pub(super) fn leave() {
+    CONTEXT.with(|context| *context.borrow_mut() = None);
+}
+
+/// Runs `f` with the calling thread's context; outside an emulated launch there is none.
+fn with<R>(f: impl FnOnce(&ThreadContext) -> R) -> R {
+    CONTEXT.with(|context| {
+        let context = context.borrow();
+        let context = context.as_ref().expect(
+            "a device-layer function was called outside a kernel launch (use the emulator's `launch`)",
+        );
+        f(context)
+    })
+}
+
+fn block_and_thread() -> (Arc<BlockState>, u32) {
+    with(|context| (Arc::clone(&context.block), context.thread))
+}
+
+pub fn thread_idx_x() -> u32 {
+    with(|context| context.thread)
+}
+pub fn block_dim_x() -> u32 {
+    with(|context| context.block.threads)
+}
+pub fn block_idx_x() -> u32 {
+    with(|context| context.block.block_idx.0)
+}
+pub fn block_idx_y() -> u32 {
+    with(|context| context.block.block_idx.1)
+}
+pub fn grid_dim_x() -> u32 {
+    with(|context| context.block.grid.0)
+}
+pub fn grid_dim_y() -> u32 {
+    with(|context| context.block.grid.1)
+}
+pub fn lane_id() -> u32 {
+    thread_idx_x() % 32
+}
+pub fn lanemask_lt() -> u32 {
+    (1u32 << lane_id()) - 1
+}
+
+pub unsafe fn sync_threads() {
+    // The context is not borrowed while waiting, so that other code on this thread can
+    // still read it (it cannot: but a RefCell held across a blocking wait is a trap).
+    let (block, thread) = block_and_thread();
+    block.sync_threads(thread);
+    CONTEXT.with(|context| {
+        if let Some(context) = context.borrow_mut().as_mut() {
+            context.barriers_passed = context.barriers_passed.wrapping_add(1);
+        }
+    });
+}
+
+fn exchange(mask: u32, value: u64) -> [u64; 32] {
+    let (block, thread) = block_and_thread();
+    block.exchange(thread, mask, value)
+}
+
+pub unsafe fn sync_warp(mask: u32) {
+    exchange(mask, 0);
+}
+
+pub fn active_mask() -> u32 {
+    let (block, thread) = block_and_thread();
+    block.warp(thread).live_lanes()
+}
+
+/// Fails the launch when a shuffle reads a lane outside `mask` (undefined on a GPU).
+fn source_lane(mask: u32, source: u32) -> usize {
+    if mask & (1 << source) == 0 {
+        let (block, thread) = block_and_thread();
+        block.fail(format!(
+            "thread {thread}: shuffle reads lane {source}, which is not in mask {mask:#010x}"
+        ));
+    }
+    source as usize
+}
+
+pub unsafe fn shfl_idx_u32(mask: u32, value: u32, src_lane: u32) -> u32 {
+    let values = exchange(mask, value as u64);
+    values[source_lane(mask, src_lane % 32)] as u32
+}
+
+pub unsafe fn shfl_up_u32(mask: u32, value: u32, delta: u32) -> u32 {
+    let values = exchange(mask, value as u64);
+    let lane = lane_id();
+    if lane < delta { value } else { values[source_lane(mask, lane - delta)] as u32 }
+}
+
+pub unsafe fn shfl_down_u32(mask: u32, value: u32, delta: u32) -> u32 {
+    let values = exchange(mask, value as u64);
+    let source = lane_id() + delta;
+    if source > 31 { value } else { values[source_lane(mask, source)] as u32 }
+}
+
+pub unsafe fn shfl_xor_u32(mask: u32, value: u32, lane_mask: u32) -> u32 {
+    let values = exchange(mask, value as u64);
+    values[source_lane(mask, (lane_id() ^ lane_mask) % 32)] as u32
+}
+
+pub unsafe fn ballot(mask: u32, predicate: bool) -> u32 {
+    let values = exchange(mask, predicate as u64);
+    (0..32).filter(|&lane| mask & (1 << lane) != 0 && values[lane] != 0).fold(0, |bits, lane| bits | 1 << lane)
+}
+
+pub unsafe fn match_any_u32(mask: u32, value: u32) -> u32 {
+    let values = exchange(mask, value as u64);
+    (0..32)
+        .filter(|&lane| mask & (1 << lane) != 0 && values[lane] as u32 == value)
+        .fold(0, |bits, lane| bits | 1 << lane)
+}
+
+pub fn shared_base() -> *mut u8 {
+    with(|context| context.block.shared.base())
+}
+
+pub fn check_shared_index(index: usize, len: usize) {
+    if index >= len {
+        let (block, thread) = block_and_thread();
+        block.fail(format!(
+            "thread {thread}: shared-memory index {index} is out of bounds of a region of {len}"
+        ));
+    }
+}
+
+/// Checks an access of `T` at `address` against the shadow; stops the thread on failure.
+fn check_shared<T>(address: *const T, access: Access) {
+    let (block, thread, barriers_passed) =
+        with(|context| (Arc::clone(&context.block), context.thread, context.barriers_passed));
+    if let Err(message) =
+        block.shared.check(&block, address as usize, size_of::<T>(), access, thread, barriers_passed)
+    {
+        block.fail(format!("thread {thread}: {message}"));
+    }
+}
+
+pub unsafe fn shared_load<T: Copy>(address: *const T) -> T {
+    check_shared(address, Access::Read);
+    unsafe { address.read_volatile() }
+}
+
+pub unsafe fn shared_store<T: Copy>(address: *mut T, value: T) {
+    check_shared(address, Access::Write);
+    unsafe { address.write_volatile(value) }
+}
+
+fn shared_atomic(address: *mut u32) -> &'static AtomicU32 {
+    check_shared(address, Access::Atomic);
+    // The block's shared memory outlives every thread of the block.
+    unsafe { AtomicU32::from_ptr(address) }
+}
+
+pub unsafe fn shared_atomic_add_u32(address: *mut u32, value: u32) -> u32 {
+    shared_atomic(address).fetch_add(value, Ordering::SeqCst)
+}
+
+pub unsafe fn shared_atomic_min_u32(address: *mut u32, value: u32) -> u32 {
+    shared_atomic(address).fetch_min(value, Ordering::SeqCst)
+}
+
+pub unsafe fn shared_atomic_max_u32(address: *mut u32, value: u32) -> u32 {
+    shared_atomic(address).fetch_max(value, Ordering::SeqCst)
+}
+
+pub unsafe fn shared_atomic_cas_u32(address: *mut u32, expected: u32, new: u32) -> u32 {
+    match shared_atomic(address).compare_exchange(expected, new, Ordering::SeqCst, Ordering::SeqCst) {
+        Ok(old) | Err(old) => old,
+    }
+}
+
+pub fn fence_block() {
+    std::sync::atomic::fence(Ordering::SeqCst);
+}
+pub fn fence_device() {
+    std::sync::atomic::fence(Ordering::SeqCst);
+}
+pub fn fence_system() {
+    std::sync::atomic::fence(Ordering::SeqCst);
+}

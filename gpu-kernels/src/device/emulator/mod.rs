@@ -1,0 +1,174 @@
+//! The host emulator: runs the crate's kernel functions on the CPU.
+//!
+//! Each GPU thread of a block is a host thread; blocks run one after another. Barriers,
+//! warp collectives, dynamic shared memory and atomics are emulated, and so the test suite
+//! runs *the same kernel code* that the PTX is built from, on machines without a GPU (CI).
+//! It is a correctness tool, not a fast path: a block of 1024 threads costs 1024 host
+//! threads.
+//!
+//! Beyond running the code, the emulator reports what would be undefined behaviour or a
+//! hang on a GPU, and fails the launch with a message naming the thread:
+//!
+//! * a thread that returns while others wait at [`sync_threads`](super::sync_threads), or
+//!   reaches a barrier after another thread returned;
+//! * a warp collective whose mask omits the caller, names lanes that do not exist or have
+//!   returned, or that some lane of its mask never joins (a deadlock, reported after
+//!   [`DEADLOCK_TIMEOUT_ENV`] seconds, 60 by default);
+//! * a read of dynamic shared memory that nothing wrote, or an access past the bytes the
+//!   launch asked for or past a region;
+//! * two threads of different warps touching the same shared word between two barriers when
+//!   one of them writes it (and the same inside a warp with no warp collective between);
+//! * a panic in kernel code (integer overflow in index arithmetic, for instance).
+//!
+//! ```
+//! use gpu_select_kernels::device::{self, emulator};
+//!
+//! let mut out = vec![0u32; 64];
+//! let out_address = out.as_mut_ptr() as usize;
+//! let config = emulator::LaunchConfig { grid: (2, 1), block_threads: 32, shared_bytes: 0 };
+//! emulator::launch(&config, &|| {
+//!     let i = device::global_thread_idx() as usize;
+//!     // Each lane adds the value of its xor-1 neighbour.
+//!     let neighbour = unsafe { device::shfl_xor_u32(device::FULL_WARP, i as u32, 1) };
+//!     unsafe { (out_address as *mut u32).add(i).write(i as u32 + neighbour) };
+//! })
+//! .unwrap();
+//! assert_eq!(out[0], 1);
+//! assert_eq!(out[33], 65);
+//! ```
+
+extern crate std;
+
+pub(crate) mod backend;
+mod block;
+#[cfg(test)]
+mod tests;
+
+use std::format;
+use std::string::{String, ToString};
+use std::sync::Arc;
+use std::thread;
+
+use block::{Abort, BlockState};
+
+/// Environment variable: seconds a thread may wait at a barrier or warp collective before
+/// the emulator declares a deadlock.
+pub const DEADLOCK_TIMEOUT_ENV: &str = "GPU_SELECT_EMULATOR_DEADLOCK_SECS";
+
+/// The most threads a block may have (as on every CUDA GPU).
+pub const MAX_BLOCK_THREADS: u32 = 1024;
+
+/// The most dynamic shared memory a block may ask for: 227 KiB, the sm_90 opt-in limit.
+pub const MAX_SHARED_BYTES: usize = 227 * 1024;
+
+/// Stack of each emulated thread. Kernel code keeps small register arrays on the stack.
+const THREAD_STACK_BYTES: usize = 256 * 1024;
+
+/// The shape of an emulated launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchConfig {
+    /// Blocks in x and y.
+    pub grid: (u32, u32),
+    /// Threads per block (one-dimensional blocks).
+    pub block_threads: u32,
+    /// Bytes of dynamic shared memory per block.
+    pub shared_bytes: usize,
+}
+
+/// Why an emulated launch failed: what a GPU would have done wrong, in words.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EmulatorError {
+    /// The first failure seen, naming the block and thread.
+    pub message: String,
+}
+
+impl core::fmt::Display for EmulatorError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for EmulatorError {}
+
+/// Runs `kernel` once per thread of the grid described by `config`, with the device layer
+/// answering from the emulated block. Blocks run one at a time, in order.
+pub fn launch(config: &LaunchConfig, kernel: &(dyn Fn() + Sync)) -> Result<(), EmulatorError> {
+    launch_with_deadlock_timeout(config, block::deadlock_timeout_from_env(), kernel)
+}
+
+/// [`launch`] with an explicit deadlock timeout instead of [`DEADLOCK_TIMEOUT_ENV`].
+pub fn launch_with_deadlock_timeout(
+    config: &LaunchConfig,
+    deadlock_timeout: std::time::Duration,
+    kernel: &(dyn Fn() + Sync),
+) -> Result<(), EmulatorError> {
+    let error = |message: String| Err(EmulatorError { message });
+    if config.block_threads == 0 || config.block_threads > MAX_BLOCK_THREADS {
+        return error(format!(
+            "block of {} threads: a block has 1 to {MAX_BLOCK_THREADS} threads",
+            config.block_threads
+        ));
+    }
+    if config.grid.0 == 0 || config.grid.1 == 0 {
+        return error(format!("empty grid {:?}", config.grid));
+    }
+    if config.shared_bytes > MAX_SHARED_BYTES {
+        return error(format!(
+            "{} bytes of dynamic shared memory asked for; a block may have at most {MAX_SHARED_BYTES}",
+            config.shared_bytes
+        ));
+    }
+    for block_y in 0..config.grid.1 {
+        for block_x in 0..config.grid.0 {
+            run_block(config, (block_x, block_y), deadlock_timeout, kernel)?;
+        }
+    }
+    Ok(())
+}
+
+fn run_block(
+    config: &LaunchConfig,
+    block_idx: (u32, u32),
+    deadlock_timeout: std::time::Duration,
+    kernel: &(dyn Fn() + Sync),
+) -> Result<(), EmulatorError> {
+    let block = Arc::new(BlockState::new(config, block_idx, deadlock_timeout));
+    thread::scope(|scope| {
+        for thread_idx in 0..config.block_threads {
+            let block = Arc::clone(&block);
+            thread::Builder::new()
+                .name(format!("gpu-emu b{}.{} t{thread_idx}", block_idx.0, block_idx.1))
+                .stack_size(THREAD_STACK_BYTES)
+                .spawn_scoped(scope, move || {
+                    backend::enter(Arc::clone(&block), thread_idx);
+                    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(kernel));
+                    match outcome {
+                        Ok(()) => block.thread_returned(thread_idx),
+                        Err(payload) if payload.is::<Abort>() => {}
+                        Err(payload) => {
+                            let reason = panic_message(payload.as_ref());
+                            block.record_failure(format!("thread {thread_idx} panicked: {reason}"));
+                        }
+                    }
+                    backend::leave();
+                })
+                .expect("the emulator could not start a host thread");
+        }
+    });
+    match block.failure() {
+        None => Ok(()),
+        Some(message) => Err(EmulatorError {
+            message: format!("block ({}, {}): {message}", block_idx.0, block_idx.1),
+        }),
+    }
+}
+
+fn panic_message(payload: &(dyn core::any::Any + Send)) -> String {
+    if let Some(text) = payload.downcast_ref::<&str>() {
+        text.to_string()
+    } else if let Some(text) = payload.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "(a panic without a message)".to_string()
+    }
+}

@@ -1,0 +1,392 @@
+//! The device layer: everything a kernel asks of the hardware.
+//!
+//! This module is the only place in the crate that looks at `target_arch`. On `nvptx64` each
+//! function compiles to one PTX instruction or LLVM NVVM intrinsic; on the host the same
+//! functions are served by the [`emulator`], which runs every GPU thread of a block as a host
+//! thread. Code above this layer is written once and runs on both.
+//!
+//! # Who must call together
+//!
+//! GPU collectives are undefined behaviour when not every required thread takes part. Each
+//! function says which threads must call it *together* (converged, with the same arguments
+//! where noted):
+//!
+//! * **block-wide**: every thread of the block ([`sync_threads`]);
+//! * **mask-wide**: every lane named in `mask`, and each of them must pass the same `mask`
+//!   (the warp shuffles, votes and [`sync_warp`]);
+//! * **any thread**: no cooperation needed (indices, atomics, fences, shared loads/stores).
+//!
+//! The emulator checks these rules and fails the launch with a message instead of hanging:
+//! a lane missing from a collective, a thread that exits while others wait at a barrier,
+//! reads of shared memory nothing wrote, and conflicting shared-memory accesses between two
+//! barriers.
+
+mod shared;
+
+pub use shared::{SharedLayout, SharedRegion, SharedSlice};
+
+#[cfg(target_arch = "nvptx64")]
+mod nvptx;
+#[cfg(target_arch = "nvptx64")]
+use nvptx as backend;
+
+#[cfg(not(target_arch = "nvptx64"))]
+pub mod emulator;
+#[cfg(not(target_arch = "nvptx64"))]
+use emulator::backend;
+
+/// Threads in a warp on every NVIDIA GPU this crate targets.
+pub const WARP_SIZE: u32 = 32;
+
+/// A mask naming all 32 lanes of a warp.
+pub const FULL_WARP: u32 = u32::MAX;
+
+/// Expands the kernel table of [`crate::entry`]: for every row, an `extern "gpu-kernel"`
+/// entry point on `nvptx64` (named `<name>_<key>` for keyed rows) and, on every target, a
+/// [`crate::entry::KernelId`] that names the PTX symbol and holds the body for the emulator.
+///
+/// This is the one item whose *expansion* depends on `target_arch`; it lives here so that
+/// the rest of the crate never needs to.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! __kernel_table {
+    (
+        keyed for [$($key:ident),* $(,)?] $keyed:tt
+        plain { $( $(#[$plain_doc:meta])* $PLAIN:ident = $plain_name:ident($plain_params:ty) => $plain_body:ident; )* }
+    ) => {
+        $( $crate::__kernel_table!(@key $key $keyed); )*
+        $(
+            #[cfg(target_arch = "nvptx64")]
+            #[unsafe(no_mangle)]
+            #[allow(improper_gpu_kernel_arg)]
+            pub unsafe extern "gpu-kernel" fn $plain_name(params: $plain_params) {
+                unsafe { $plain_body(params) }
+            }
+            $(#[$plain_doc])*
+            pub const $PLAIN: KernelId<$plain_params> =
+                KernelId { name: stringify!($plain_name), body: $plain_body };
+        )*
+        /// Names of the kernels without a key type parameter.
+        pub const PLAIN_KERNEL_NAMES: &[&str] = &[$(stringify!($plain_name)),*];
+    };
+    (@key $key:ident { $( $(#[$doc:meta])* $CONST:ident = $name:ident($params:ident) => $body:ident; )* }) => {
+        $(
+            #[cfg(target_arch = "nvptx64")]
+            #[unsafe(no_mangle)]
+            // The parameter struct is `#[repr(C)]`; tests/ptx_checks.rs checks that each
+            // entry's `.param` is exactly `size_of` the struct, so host and device agree.
+            #[allow(improper_gpu_kernel_arg)]
+            pub unsafe extern "gpu-kernel" fn ${concat($name, _, $key)}(params: $params<$key>) {
+                unsafe { $body::<$key>(params) }
+            }
+        )*
+        impl KernelKey for $key {
+            $(
+                $(#[$doc])*
+                const $CONST: KernelId<$params<$key>> = KernelId {
+                    name: concat!(stringify!($name), "_", stringify!($key)),
+                    body: $body::<$key>,
+                };
+            )*
+            const KERNEL_NAMES: &'static [&'static str] =
+                &[$(concat!(stringify!($name), "_", stringify!($key))),*];
+        }
+    };
+}
+
+/// Index of this thread within its block, x dimension. *Any thread.*
+#[inline(always)]
+pub fn thread_idx_x() -> u32 {
+    backend::thread_idx_x()
+}
+
+/// Threads per block, x dimension. *Any thread.*
+#[inline(always)]
+pub fn block_dim_x() -> u32 {
+    backend::block_dim_x()
+}
+
+/// Index of this block within the grid, x dimension. *Any thread.*
+#[inline(always)]
+pub fn block_idx_x() -> u32 {
+    backend::block_idx_x()
+}
+
+/// Index of this block within the grid, y dimension. *Any thread.*
+#[inline(always)]
+pub fn block_idx_y() -> u32 {
+    backend::block_idx_y()
+}
+
+/// Blocks in the grid, x dimension. *Any thread.*
+#[inline(always)]
+pub fn grid_dim_x() -> u32 {
+    backend::grid_dim_x()
+}
+
+/// Blocks in the grid, y dimension. *Any thread.*
+#[inline(always)]
+pub fn grid_dim_y() -> u32 {
+    backend::grid_dim_y()
+}
+
+/// This thread's lane within its warp, `0..32`. *Any thread.*
+///
+/// Blocks here are one-dimensional, so lane = `thread_idx_x() % 32`.
+#[inline(always)]
+pub fn lane_id() -> u32 {
+    backend::lane_id()
+}
+
+/// This thread's warp within its block. *Any thread.*
+#[inline(always)]
+pub fn warp_id() -> u32 {
+    thread_idx_x() / WARP_SIZE
+}
+
+/// Mask of the lanes below this one (`(1 << lane) - 1`). *Any thread.*
+#[inline(always)]
+pub fn lanemask_lt() -> u32 {
+    backend::lanemask_lt()
+}
+
+/// Global thread index in a one-dimensional grid, as `u64` so that grids over 2^32
+/// elements index correctly. *Any thread.*
+#[inline(always)]
+pub fn global_thread_idx() -> u64 {
+    block_idx_x() as u64 * block_dim_x() as u64 + thread_idx_x() as u64
+}
+
+/// Block barrier (`bar.sync 0`): waits until every thread of the block arrives, and makes
+/// shared- and global-memory writes before it visible to the block after it.
+///
+/// # Safety
+/// *Block-wide*: every thread of the block must reach the same barrier; a thread that has
+/// returned from the kernel does not count (the emulator reports it as an error).
+#[inline(always)]
+pub unsafe fn sync_threads() {
+    unsafe { backend::sync_threads() }
+}
+
+/// Warp barrier (`bar.warp.sync mask`), also a memory fence among the lanes of `mask`.
+///
+/// # Safety
+/// *Mask-wide*: every lane in `mask` must call it with the same `mask`.
+#[inline(always)]
+pub unsafe fn sync_warp(mask: u32) {
+    unsafe { backend::sync_warp(mask) }
+}
+
+/// Mask of the lanes executing this call together (`activemask`). *Any thread.*
+///
+/// The emulator answers with every lane of the warp that has not exited, since its lanes
+/// are not scheduled in lock step; use it only where that over-approximation is right.
+#[inline(always)]
+pub fn active_mask() -> u32 {
+    backend::active_mask()
+}
+
+/// `value` from lane `src_lane` (`shfl.sync.idx.b32`).
+///
+/// # Safety
+/// *Mask-wide* (`mask`), and `src_lane` must be in `mask`.
+#[inline(always)]
+pub unsafe fn shfl_idx_u32(mask: u32, value: u32, src_lane: u32) -> u32 {
+    unsafe { backend::shfl_idx_u32(mask, value, src_lane) }
+}
+
+/// `value` from lane `lane - delta`, or this lane's own value when that is below 0
+/// (`shfl.sync.up.b32`).
+///
+/// # Safety
+/// *Mask-wide* (`mask`).
+#[inline(always)]
+pub unsafe fn shfl_up_u32(mask: u32, value: u32, delta: u32) -> u32 {
+    unsafe { backend::shfl_up_u32(mask, value, delta) }
+}
+
+/// `value` from lane `lane + delta`, or this lane's own value when that is above 31
+/// (`shfl.sync.down.b32`).
+///
+/// # Safety
+/// *Mask-wide* (`mask`).
+#[inline(always)]
+pub unsafe fn shfl_down_u32(mask: u32, value: u32, delta: u32) -> u32 {
+    unsafe { backend::shfl_down_u32(mask, value, delta) }
+}
+
+/// `value` from lane `lane ^ lane_mask` (`shfl.sync.bfly.b32`).
+///
+/// # Safety
+/// *Mask-wide* (`mask`), and every partner lane must be in `mask`.
+#[inline(always)]
+pub unsafe fn shfl_xor_u32(mask: u32, value: u32, lane_mask: u32) -> u32 {
+    unsafe { backend::shfl_xor_u32(mask, value, lane_mask) }
+}
+
+/// Splits a 64-bit value for two 32-bit shuffles and joins the halves again.
+#[inline(always)]
+fn shfl_u64(value: u64, shuffle: impl Fn(u32) -> u32) -> u64 {
+    let low = shuffle(value as u32);
+    let high = shuffle((value >> 32) as u32);
+    ((high as u64) << 32) | low as u64
+}
+
+/// 64-bit [`shfl_idx_u32`] (two shuffles).
+///
+/// # Safety
+/// As [`shfl_idx_u32`].
+#[inline(always)]
+pub unsafe fn shfl_idx_u64(mask: u32, value: u64, src_lane: u32) -> u64 {
+    shfl_u64(value, |half| unsafe { shfl_idx_u32(mask, half, src_lane) })
+}
+
+/// 64-bit [`shfl_up_u32`] (two shuffles).
+///
+/// # Safety
+/// As [`shfl_up_u32`].
+#[inline(always)]
+pub unsafe fn shfl_up_u64(mask: u32, value: u64, delta: u32) -> u64 {
+    shfl_u64(value, |half| unsafe { shfl_up_u32(mask, half, delta) })
+}
+
+/// 64-bit [`shfl_down_u32`] (two shuffles).
+///
+/// # Safety
+/// As [`shfl_down_u32`].
+#[inline(always)]
+pub unsafe fn shfl_down_u64(mask: u32, value: u64, delta: u32) -> u64 {
+    shfl_u64(value, |half| unsafe { shfl_down_u32(mask, half, delta) })
+}
+
+/// 64-bit [`shfl_xor_u32`] (two shuffles).
+///
+/// # Safety
+/// As [`shfl_xor_u32`].
+#[inline(always)]
+pub unsafe fn shfl_xor_u64(mask: u32, value: u64, lane_mask: u32) -> u64 {
+    shfl_u64(value, |half| unsafe { shfl_xor_u32(mask, half, lane_mask) })
+}
+
+/// Mask of the lanes in `mask` whose `predicate` is true (`vote.sync.ballot.b32`).
+///
+/// # Safety
+/// *Mask-wide* (`mask`).
+#[inline(always)]
+pub unsafe fn ballot(mask: u32, predicate: bool) -> u32 {
+    unsafe { backend::ballot(mask, predicate) }
+}
+
+/// Whether `predicate` holds on every lane of `mask` (`vote.sync.all.pred`).
+///
+/// # Safety
+/// *Mask-wide* (`mask`).
+#[inline(always)]
+pub unsafe fn all(mask: u32, predicate: bool) -> bool {
+    unsafe { ballot(mask, predicate) == mask }
+}
+
+/// Whether `predicate` holds on some lane of `mask` (`vote.sync.any.pred`).
+///
+/// # Safety
+/// *Mask-wide* (`mask`).
+#[inline(always)]
+pub unsafe fn any(mask: u32, predicate: bool) -> bool {
+    unsafe { ballot(mask, predicate) != 0 }
+}
+
+/// Mask of the lanes in `mask` that hold the same `value` as this lane
+/// (`match.any.sync.b32`, sm_70+).
+///
+/// # Safety
+/// *Mask-wide* (`mask`).
+#[inline(always)]
+pub unsafe fn match_any_u32(mask: u32, value: u32) -> u32 {
+    unsafe { backend::match_any_u32(mask, value) }
+}
+
+/// Dynamic shared memory of this block: its first byte, aligned to 16.
+///
+/// Use it through a [`SharedLayout`]: `region.bind()` gives a typed [`SharedSlice`].
+#[inline(always)]
+pub(crate) fn shared_base() -> *mut u8 {
+    backend::shared_base()
+}
+
+/// Atomic add on a global-memory word; returns the old value. *Any thread.*
+///
+/// # Safety
+/// `address` must be valid, aligned device memory for the whole launch.
+#[inline(always)]
+pub unsafe fn global_atomic_add_u32(address: *mut u32, value: u32) -> u32 {
+    // Relaxed: LLVM drops stronger orderings of RMW atomics on NVPTX (design.md §2); callers
+    // that need ordering add a fence.
+    unsafe { core::sync::atomic::AtomicU32::from_ptr(address) }
+        .fetch_add(value, core::sync::atomic::Ordering::Relaxed)
+}
+
+/// Atomic add on a global 64-bit word; returns the old value. *Any thread.*
+///
+/// # Safety
+/// As [`global_atomic_add_u32`], 8-byte aligned.
+#[inline(always)]
+pub unsafe fn global_atomic_add_u64(address: *mut u64, value: u64) -> u64 {
+    unsafe { core::sync::atomic::AtomicU64::from_ptr(address) }
+        .fetch_add(value, core::sync::atomic::Ordering::Relaxed)
+}
+
+/// Atomic minimum on a global word; returns the old value. *Any thread.*
+///
+/// # Safety
+/// As [`global_atomic_add_u32`].
+#[inline(always)]
+pub unsafe fn global_atomic_min_u32(address: *mut u32, value: u32) -> u32 {
+    unsafe { core::sync::atomic::AtomicU32::from_ptr(address) }
+        .fetch_min(value, core::sync::atomic::Ordering::Relaxed)
+}
+
+/// Atomic maximum on a global word; returns the old value. *Any thread.*
+///
+/// # Safety
+/// As [`global_atomic_add_u32`].
+#[inline(always)]
+pub unsafe fn global_atomic_max_u32(address: *mut u32, value: u32) -> u32 {
+    unsafe { core::sync::atomic::AtomicU32::from_ptr(address) }
+        .fetch_max(value, core::sync::atomic::Ordering::Relaxed)
+}
+
+/// Atomic compare-and-swap on a global word; returns the old value (the swap happened when
+/// it equals `expected`). *Any thread.*
+///
+/// # Safety
+/// As [`global_atomic_add_u32`].
+#[inline(always)]
+pub unsafe fn global_atomic_cas_u32(address: *mut u32, expected: u32, new: u32) -> u32 {
+    use core::sync::atomic::Ordering::Relaxed;
+    match unsafe { core::sync::atomic::AtomicU32::from_ptr(address) }
+        .compare_exchange(expected, new, Relaxed, Relaxed)
+    {
+        Ok(old) | Err(old) => old,
+    }
+}
+
+/// Orders this thread's memory accesses as seen by its block (`fence.acq_rel.cta`).
+/// *Any thread.*
+#[inline(always)]
+pub fn fence_block() {
+    backend::fence_block()
+}
+
+/// Orders this thread's memory accesses as seen by the whole GPU (`fence.acq_rel.gpu`), e.g.
+/// before an atomic that tells other blocks the data is ready. *Any thread.*
+#[inline(always)]
+pub fn fence_device() {
+    backend::fence_device()
+}
+
+/// Orders this thread's memory accesses as seen by the host and other devices
+/// (`fence.sc.sys`). *Any thread.*
+#[inline(always)]
+pub fn fence_system() {
+    backend::fence_system()
+}

@@ -1,0 +1,170 @@
+//! The real thing: NVVM intrinsics and PTX for `nvptx64-nvidia-cuda`.
+//!
+//! Warp-synchronous operations use LLVM intrinsics rather than inline assembly because
+//! intrinsics are marked `convergent`, so LLVM never moves them across divergent control
+//! flow; inline assembly carries no such marking (design.md §2). Only the `.sync` forms are
+//! used: ptxas rejects the old ones for sm_70+.
+
+use core::arch::asm;
+use core::arch::nvptx;
+use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
+
+#[allow(improper_ctypes)]
+unsafe extern "C" {
+    #[link_name = "llvm.nvvm.read.ptx.sreg.laneid"]
+    fn sreg_laneid() -> i32;
+    #[link_name = "llvm.nvvm.read.ptx.sreg.lanemask.lt"]
+    fn sreg_lanemask_lt() -> i32;
+    #[link_name = "llvm.nvvm.bar.warp.sync"]
+    fn bar_warp_sync(mask: i32);
+    #[link_name = "llvm.nvvm.activemask"]
+    fn activemask() -> i32;
+    #[link_name = "llvm.nvvm.shfl.sync.idx.i32"]
+    fn shfl_sync_idx_i32(mask: i32, value: i32, lane: i32, clamp: i32) -> i32;
+    #[link_name = "llvm.nvvm.shfl.sync.up.i32"]
+    fn shfl_sync_up_i32(mask: i32, value: i32, delta: i32, clamp: i32) -> i32;
+    #[link_name = "llvm.nvvm.shfl.sync.down.i32"]
+    fn shfl_sync_down_i32(mask: i32, value: i32, delta: i32, clamp: i32) -> i32;
+    #[link_name = "llvm.nvvm.shfl.sync.bfly.i32"]
+    fn shfl_sync_bfly_i32(mask: i32, value: i32, lane_mask: i32, clamp: i32) -> i32;
+    #[link_name = "llvm.nvvm.vote.ballot.sync"]
+    fn vote_ballot_sync(mask: i32, predicate: bool) -> i32;
+    #[link_name = "llvm.nvvm.match.any.sync.i32"]
+    fn match_any_sync_i32(mask: i32, value: i32) -> i32;
+}
+
+/// The `c` operand of `shfl.sync` for idx, down and bfly: clamp at lane 31, whole warp.
+const CLAMP_WHOLE_WARP: i32 = 0x1f;
+/// The `c` operand for up: clamp at lane 0 (0x1f here would stop `up` from shifting).
+const CLAMP_UP: i32 = 0;
+
+#[panic_handler]
+fn panic(_: &core::panic::PanicInfo) -> ! {
+    // No formatting machinery on the device: stop the kernel; the host sees a launch error.
+    unsafe { nvptx::trap() }
+}
+
+#[inline(always)]
+pub fn thread_idx_x() -> u32 {
+    unsafe { nvptx::_thread_idx_x() as u32 }
+}
+#[inline(always)]
+pub fn block_dim_x() -> u32 {
+    unsafe { nvptx::_block_dim_x() as u32 }
+}
+#[inline(always)]
+pub fn block_idx_x() -> u32 {
+    unsafe { nvptx::_block_idx_x() as u32 }
+}
+#[inline(always)]
+pub fn block_idx_y() -> u32 {
+    unsafe { nvptx::_block_idx_y() as u32 }
+}
+#[inline(always)]
+pub fn grid_dim_x() -> u32 {
+    unsafe { nvptx::_grid_dim_x() as u32 }
+}
+#[inline(always)]
+pub fn grid_dim_y() -> u32 {
+    unsafe { nvptx::_grid_dim_y() as u32 }
+}
+#[inline(always)]
+pub fn lane_id() -> u32 {
+    unsafe { sreg_laneid() as u32 }
+}
+#[inline(always)]
+pub fn lanemask_lt() -> u32 {
+    unsafe { sreg_lanemask_lt() as u32 }
+}
+#[inline(always)]
+pub unsafe fn sync_threads() {
+    unsafe { nvptx::_syncthreads() }
+}
+#[inline(always)]
+pub unsafe fn sync_warp(mask: u32) {
+    unsafe { bar_warp_sync(mask as i32) }
+}
+#[inline(always)]
+pub fn active_mask() -> u32 {
+    unsafe { activemask() as u32 }
+}
+#[inline(always)]
+pub unsafe fn shfl_idx_u32(mask: u32, value: u32, src_lane: u32) -> u32 {
+    unsafe { shfl_sync_idx_i32(mask as i32, value as i32, src_lane as i32, CLAMP_WHOLE_WARP) as u32 }
+}
+#[inline(always)]
+pub unsafe fn shfl_up_u32(mask: u32, value: u32, delta: u32) -> u32 {
+    unsafe { shfl_sync_up_i32(mask as i32, value as i32, delta as i32, CLAMP_UP) as u32 }
+}
+#[inline(always)]
+pub unsafe fn shfl_down_u32(mask: u32, value: u32, delta: u32) -> u32 {
+    unsafe { shfl_sync_down_i32(mask as i32, value as i32, delta as i32, CLAMP_WHOLE_WARP) as u32 }
+}
+#[inline(always)]
+pub unsafe fn shfl_xor_u32(mask: u32, value: u32, lane_mask: u32) -> u32 {
+    unsafe {
+        shfl_sync_bfly_i32(mask as i32, value as i32, lane_mask as i32, CLAMP_WHOLE_WARP) as u32
+    }
+}
+#[inline(always)]
+pub unsafe fn ballot(mask: u32, predicate: bool) -> u32 {
+    unsafe { vote_ballot_sync(mask as i32, predicate) as u32 }
+}
+#[inline(always)]
+pub unsafe fn match_any_u32(mask: u32, value: u32) -> u32 {
+    unsafe { match_any_sync_i32(mask as i32, value as i32) as u32 }
+}
+
+/// Alignment the kernel promises for dynamic shared memory (what `SharedLayout` assumes).
+#[repr(C, align(16))]
+struct SharedAlign([u8; 16]);
+
+#[inline(always)]
+pub fn shared_base() -> *mut u8 {
+    core::intrinsics::gpu::gpu_launch_sized_workgroup_mem::<SharedAlign>().cast::<u8>()
+}
+
+/// No bounds checks on the device: the emulator runs the same indices with checks.
+#[inline(always)]
+pub fn check_shared_index(_index: usize, _len: usize) {}
+
+#[inline(always)]
+pub unsafe fn shared_load<T: Copy>(address: *const T) -> T {
+    unsafe { address.read() }
+}
+#[inline(always)]
+pub unsafe fn shared_store<T: Copy>(address: *mut T, value: T) {
+    unsafe { address.write(value) }
+}
+#[inline(always)]
+pub unsafe fn shared_atomic_add_u32(address: *mut u32, value: u32) -> u32 {
+    unsafe { AtomicU32::from_ptr(address) }.fetch_add(value, Relaxed)
+}
+#[inline(always)]
+pub unsafe fn shared_atomic_min_u32(address: *mut u32, value: u32) -> u32 {
+    unsafe { AtomicU32::from_ptr(address) }.fetch_min(value, Relaxed)
+}
+#[inline(always)]
+pub unsafe fn shared_atomic_max_u32(address: *mut u32, value: u32) -> u32 {
+    unsafe { AtomicU32::from_ptr(address) }.fetch_max(value, Relaxed)
+}
+#[inline(always)]
+pub unsafe fn shared_atomic_cas_u32(address: *mut u32, expected: u32, new: u32) -> u32 {
+    match unsafe { AtomicU32::from_ptr(address) }.compare_exchange(expected, new, Relaxed, Relaxed)
+    {
+        Ok(old) | Err(old) => old,
+    }
+}
+
+#[inline(always)]
+pub fn fence_block() {
+    unsafe { asm!("fence.acq_rel.cta;") }
+}
+#[inline(always)]
+pub fn fence_device() {
+    unsafe { asm!("fence.acq_rel.gpu;") }
+}
+#[inline(always)]
+pub fn fence_system() {
+    unsafe { asm!("fence.sc.sys;") }
+}

@@ -1,0 +1,59 @@
+//! The exported kernels, all generated from the one table below.
+//!
+//! Each row names a kernel, its launch parameters and the function of a lower layer that is
+//! its body. Keyed rows are instantiated for every key type, as `<name>_<key>`
+//! (`block_sort_f32`); the host reaches them through [`KernelKey`], so a missing
+//! instantiation is a compile error on the host, not a "symbol not found" at run time.
+
+use crate::bandwidth::{ReadFloorParams, read_floor};
+use crate::block::bitonic_sort::sort_segments;
+use crate::key::Key;
+use crate::params::BlockSortParams;
+use crate::probe::{ProbeParams, global_atomics, indices, shared_memory, warp_collectives};
+
+/// A kernel the host can launch: the PTX symbol and the body the emulator runs.
+pub struct KernelId<P> {
+    /// PTX entry-point name.
+    pub name: &'static str,
+    /// The kernel body, for the emulator (on the GPU the entry point calls it).
+    pub body: unsafe fn(P),
+}
+
+impl<P> Clone for KernelId<P> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<P> Copy for KernelId<P> {}
+
+impl<P> core::fmt::Debug for KernelId<P> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "KernelId({})", self.name)
+    }
+}
+
+/// The kernels instantiated for a key type.
+pub trait KernelKey: Key {
+    /// Block bitonic sort of segments of up to 2048 keys.
+    const BLOCK_SORT: KernelId<BlockSortParams<Self>>;
+    /// Every kernel name of this key type, as in the PTX.
+    const KERNEL_NAMES: &'static [&'static str];
+}
+
+crate::__kernel_table! {
+    keyed for [f32, f64, i32, u32, i64, u64] {
+        BLOCK_SORT = block_sort(BlockSortParams) => sort_segments;
+    }
+    plain {
+        /// Read-only pass over a buffer: the benchmarks' floor.
+        READ_FLOOR = read_floor_u32(ReadFloorParams) => read_floor;
+        /// Probe of thread, block and grid indices.
+        PROBE_INDICES = probe_indices(ProbeParams) => indices;
+        /// Probe of the warp collectives.
+        PROBE_WARP = probe_warp(ProbeParams) => warp_collectives;
+        /// Probe of shared memory and shared atomics.
+        PROBE_SHARED = probe_shared(ProbeParams) => shared_memory;
+        /// Probe of global atomics and fences.
+        PROBE_GLOBAL_ATOMICS = probe_global_atomics(ProbeParams) => global_atomics;
+    }
+}

@@ -1,0 +1,196 @@
+//! Keys and their order-preserving bit encodings.
+//!
+//! Every selection kernel compares keys as unsigned integers ("ordered bits"): the encoding
+//! maps the key's order onto the integers' order, so one code path serves floats, signed and
+//! unsigned integers, and radix digits can be taken straight from the bits.
+//!
+//! # The float order (NaN policy)
+//!
+//! Floats are ordered totally: `-inf < … < -0.0 < +0.0 < … < +inf < NaN`. Every NaN, whatever
+//! its sign or payload, orders above `+inf` and equal to every other NaN; `-0.0` orders just
+//! below `+0.0`. So "the k largest" of an array with NaNs starts with its NaNs, and "the k
+//! smallest" never holds a NaN while other values remain.
+//!
+//! ```
+//! use gpu_select_kernels::Key;
+//!
+//! let order = [f32::NEG_INFINITY, -1.0, -0.0, 0.0, 1e-45, 1.0, f32::INFINITY, f32::NAN];
+//! for pair in order.windows(2) {
+//!     assert!(pair[0].to_ordered() < pair[1].to_ordered());
+//! }
+//! assert_eq!((-f32::NAN).to_ordered(), f32::NAN.to_ordered());
+//! assert_eq!(f32::from_ordered((-2.5f32).to_ordered()), -2.5);
+//! ```
+
+/// Unsigned integers that carry encoded keys: `u32` for 32-bit keys, `u64` for 64-bit ones.
+pub trait OrderedBits: Copy + Ord + Eq + Default + Send + Sync + core::fmt::Debug + 'static {
+    /// The smallest value (all zeros).
+    const MIN: Self;
+    /// The largest value (all ones): the padding that sorts after every real key.
+    const MAX: Self;
+    /// Width in bits.
+    const BITS: u32;
+    /// Bitwise complement: reverses the order, so "largest first" sorts as ascending.
+    fn complement(self) -> Self;
+    /// Widens to `u64`.
+    fn to_u64(self) -> u64;
+    /// Narrows from `u64` (the caller guarantees it fits).
+    fn from_u64(value: u64) -> Self;
+}
+
+impl OrderedBits for u32 {
+    const MIN: Self = 0;
+    const MAX: Self = u32::MAX;
+    const BITS: u32 = 32;
+    #[inline(always)]
+    fn complement(self) -> Self {
+        !self
+    }
+    #[inline(always)]
+    fn to_u64(self) -> u64 {
+        self as u64
+    }
+    #[inline(always)]
+    fn from_u64(value: u64) -> Self {
+        value as u32
+    }
+}
+
+impl OrderedBits for u64 {
+    const MIN: Self = 0;
+    const MAX: Self = u64::MAX;
+    const BITS: u32 = 64;
+    #[inline(always)]
+    fn complement(self) -> Self {
+        !self
+    }
+    #[inline(always)]
+    fn to_u64(self) -> u64 {
+        self
+    }
+    #[inline(always)]
+    fn from_u64(value: u64) -> Self {
+        value
+    }
+}
+
+/// A key type the kernels select on: `f32`, `f64`, `i32`, `u32`, `i64`, `u64`.
+pub trait Key: Copy + PartialOrd + Default + Send + Sync + core::fmt::Debug + 'static {
+    /// The ordered-bits carrier.
+    type Bits: OrderedBits;
+    /// The name used in kernel symbols (`block_sort_f32`).
+    const NAME: &'static str;
+    /// Order-preserving encoding (see the module docs for floats).
+    fn to_ordered(self) -> Self::Bits;
+    /// Inverse of [`Key::to_ordered`]; every NaN comes back as the canonical quiet NaN.
+    fn from_ordered(bits: Self::Bits) -> Self;
+}
+
+macro_rules! float_key {
+    ($float:ty, $bits:ty, $name:literal) => {
+        impl Key for $float {
+            type Bits = $bits;
+            const NAME: &'static str = $name;
+            #[inline(always)]
+            fn to_ordered(self) -> $bits {
+                const SIGN: $bits = 1 << (<$bits>::BITS - 1);
+                // One NaN for all: positive, so it orders above +inf.
+                let bits = if self.is_nan() { <$float>::NAN.to_bits() & !SIGN } else { self.to_bits() };
+                if bits & SIGN != 0 { !bits } else { bits | SIGN }
+            }
+            #[inline(always)]
+            fn from_ordered(bits: $bits) -> Self {
+                const SIGN: $bits = 1 << (<$bits>::BITS - 1);
+                <$float>::from_bits(if bits & SIGN != 0 { bits & !SIGN } else { !bits })
+            }
+        }
+    };
+}
+
+macro_rules! signed_key {
+    ($int:ty, $bits:ty, $name:literal) => {
+        impl Key for $int {
+            type Bits = $bits;
+            const NAME: &'static str = $name;
+            #[inline(always)]
+            fn to_ordered(self) -> $bits {
+                (self as $bits) ^ (1 << (<$bits>::BITS - 1))
+            }
+            #[inline(always)]
+            fn from_ordered(bits: $bits) -> Self {
+                (bits ^ (1 << (<$bits>::BITS - 1))) as $int
+            }
+        }
+    };
+}
+
+macro_rules! unsigned_key {
+    ($int:ty, $name:literal) => {
+        impl Key for $int {
+            type Bits = $int;
+            const NAME: &'static str = $name;
+            #[inline(always)]
+            fn to_ordered(self) -> $int {
+                self
+            }
+            #[inline(always)]
+            fn from_ordered(bits: $int) -> Self {
+                bits
+            }
+        }
+    };
+}
+
+float_key!(f32, u32, "f32");
+float_key!(f64, u64, "f64");
+signed_key!(i32, u32, "i32");
+signed_key!(i64, u64, "i64");
+unsigned_key!(u32, "u32");
+unsigned_key!(u64, "u64");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_order_preserved<K: Key>(sorted: &[K]) {
+        for pair in sorted.windows(2) {
+            assert!(pair[0].to_ordered() < pair[1].to_ordered(), "{:?} !< {:?}", pair[0], pair[1]);
+        }
+        for &key in sorted {
+            assert_eq!(K::from_ordered(key.to_ordered()).to_ordered(), key.to_ordered());
+        }
+    }
+
+    #[test]
+    fn floats_order_totally_with_nan_on_top() {
+        let min_subnormal = f32::from_bits(1);
+        assert_order_preserved(&[
+            f32::NEG_INFINITY,
+            f32::MIN,
+            -1.0,
+            -min_subnormal,
+            -0.0,
+            0.0,
+            min_subnormal,
+            f32::MIN_POSITIVE,
+            1.0,
+            f32::MAX,
+            f32::INFINITY,
+            f32::NAN,
+        ]);
+        assert_order_preserved(&[f64::NEG_INFINITY, -1.0, -0.0, 0.0, f64::from_bits(1), f64::INFINITY, f64::NAN]);
+        // Every NaN encodes the same, whatever its sign or payload.
+        let odd_nan = f32::from_bits(0xffc0_1234);
+        assert!(odd_nan.is_nan());
+        assert_eq!(odd_nan.to_ordered(), f32::NAN.to_ordered());
+        assert_eq!((-f64::NAN).to_ordered(), f64::NAN.to_ordered());
+    }
+
+    #[test]
+    fn integers_keep_their_order() {
+        assert_order_preserved(&[i32::MIN, -1, 0, 1, i32::MAX]);
+        assert_order_preserved(&[i64::MIN, -1, 0, 1, i64::MAX]);
+        assert_order_preserved(&[0u32, 1, u32::MAX]);
+        assert_order_preserved(&[0u64, 1, u64::MAX]);
+    }
+}

@@ -1,0 +1,209 @@
+//! Typed device buffers: device memory on a GPU, host memory on the emulator.
+
+use std::marker::PhantomData;
+
+use gpu_select_kernels::params::GlobalPtr;
+
+use crate::error::{Error, Result, check_driver};
+use crate::gpu::{Backend, Gpu};
+
+/// Plain values that may live in device memory and be copied bit for bit.
+///
+/// # Safety
+/// Every bit pattern of `size_of::<Self>()` bytes is a valid `Self`, and `Self` has no
+/// padding and no pointers.
+pub unsafe trait DeviceValue: Copy + Send + Sync + Default + std::fmt::Debug + 'static {}
+
+macro_rules! device_values {
+    ($($t:ty),*) => { $(unsafe impl DeviceValue for $t {})* };
+}
+device_values!(u8, u16, u32, u64, i8, i16, i32, i64, f32, f64);
+
+/// `len` values of `T` on the device of a [`Gpu`]. Keeps its `Gpu` alive; freed on drop.
+///
+/// ```
+/// use gpu_select::Gpu;
+///
+/// let gpu = Gpu::emulator();
+/// let buffer = gpu.upload(&[3.0f32, 1.0, 2.0])?;
+/// assert_eq!(buffer.len(), 3);
+/// assert_eq!(gpu.download(&buffer)?, vec![3.0, 1.0, 2.0]);
+/// # Ok::<(), gpu_select::Error>(())
+/// ```
+pub struct DeviceBuffer<T> {
+    gpu: Gpu,
+    storage: Storage,
+    len: usize,
+    element: PhantomData<T>,
+}
+
+enum Storage {
+    /// A `cuMemAlloc` address (0 for an empty buffer).
+    Device(u64),
+    /// 16-byte aligned host memory standing in for device memory.
+    Host(Vec<u128>),
+}
+
+impl<T: DeviceValue> DeviceBuffer<T> {
+    /// Number of values.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the buffer holds no value.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Size in bytes.
+    pub fn bytes(&self) -> usize {
+        self.len * size_of::<T>()
+    }
+
+    /// The [`Gpu`] the buffer lives on.
+    pub fn gpu(&self) -> &Gpu {
+        &self.gpu
+    }
+
+    /// The address kernels see (device address, or host address on the emulator).
+    pub(crate) fn global_ptr(&self) -> GlobalPtr<T> {
+        GlobalPtr::from_address(match &self.storage {
+            Storage::Device(address) => *address,
+            Storage::Host(words) => words.as_ptr() as u64,
+        })
+    }
+
+    /// Checks that the buffer belongs to `gpu`.
+    pub(crate) fn check_gpu(&self, gpu: &Gpu, what: &str) -> Result<()> {
+        if std::sync::Arc::ptr_eq(&self.gpu.inner, &gpu.inner) {
+            Ok(())
+        } else {
+            Err(Error::invalid(format!("{what} lives on another Gpu handle than the one called")))
+        }
+    }
+}
+
+impl<T> Drop for DeviceBuffer<T> {
+    fn drop(&mut self) {
+        if let (Storage::Device(address), Backend::Cuda(device)) = (&self.storage, &*self.gpu.inner) {
+            if *address != 0 && device.make_current().is_ok() {
+                // A failure to free cannot be reported from drop; the context keeps running.
+                let _ = unsafe { cust::sys::cuMemFree_v2(*address) };
+            }
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for DeviceBuffer<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DeviceBuffer<{}>[{}]", std::any::type_name::<T>(), self.len)
+    }
+}
+
+impl Gpu {
+    /// Allocates `len` values, set to zero.
+    ///
+    /// Errors: [`Error::OutOfMemory`] when the device has too little free memory.
+    pub fn alloc_zeroed<T: DeviceValue>(&self, len: usize) -> Result<DeviceBuffer<T>> {
+        let bytes = len
+            .checked_mul(size_of::<T>())
+            .ok_or_else(|| Error::invalid(format!("a buffer of {len} values overflows usize")))?;
+        let storage = match &*self.inner {
+            Backend::Cuda(device) => {
+                device.make_current()?;
+                let mut address = 0u64;
+                if bytes > 0 {
+                    unsafe {
+                        check_driver(cust::sys::cuMemAlloc_v2(&mut address, bytes), "allocating device memory", bytes)?;
+                        check_driver(cust::sys::cuMemsetD8_v2(address, 0, bytes), "clearing device memory", bytes)?;
+                    }
+                }
+                Storage::Device(address)
+            }
+            Backend::Emulator(_) => {
+                let mut words = Vec::new();
+                words
+                    .try_reserve_exact(bytes.div_ceil(16))
+                    .map_err(|_| Error::OutOfMemory { requested_bytes: bytes })?;
+                words.resize(bytes.div_ceil(16), 0u128);
+                Storage::Host(words)
+            }
+        };
+        Ok(DeviceBuffer { gpu: self.clone(), storage, len, element: PhantomData })
+    }
+
+    /// Copies `values` to a new device buffer.
+    pub fn upload<T: DeviceValue>(&self, values: &[T]) -> Result<DeviceBuffer<T>> {
+        let mut buffer = self.alloc_zeroed::<T>(values.len())?;
+        self.copy_to_device(values, &mut buffer)?;
+        Ok(buffer)
+    }
+
+    /// Overwrites `buffer` with `values` (same length).
+    pub fn copy_to_device<T: DeviceValue>(&self, values: &[T], buffer: &mut DeviceBuffer<T>) -> Result<()> {
+        buffer.check_gpu(self, "the destination buffer")?;
+        if values.len() != buffer.len {
+            return Err(Error::LengthMismatch {
+                what: "copy to device",
+                expected: buffer.len,
+                actual: values.len(),
+            });
+        }
+        let bytes = buffer.bytes();
+        match (&mut buffer.storage, &*self.inner) {
+            (Storage::Device(address), Backend::Cuda(device)) => {
+                if bytes > 0 {
+                    device.make_current()?;
+                    // Queued work may still read the buffer: wait for it first.
+                    self.synchronize()?;
+                    unsafe {
+                        check_driver(
+                            cust::sys::cuMemcpyHtoD_v2(*address, values.as_ptr().cast(), bytes),
+                            "copying to the device",
+                            bytes,
+                        )?;
+                    }
+                }
+            }
+            (Storage::Host(words), _) => unsafe {
+                std::ptr::copy_nonoverlapping(values.as_ptr().cast::<u8>(), words.as_mut_ptr().cast::<u8>(), bytes);
+            },
+            (Storage::Device(_), Backend::Emulator(_)) => unreachable!("checked by check_gpu"),
+        }
+        Ok(())
+    }
+
+    /// Copies `buffer` back to a new vector, after all queued work has finished.
+    pub fn download<T: DeviceValue>(&self, buffer: &DeviceBuffer<T>) -> Result<Vec<T>> {
+        let mut values = vec![T::default(); buffer.len];
+        self.copy_to_host(buffer, &mut values)?;
+        Ok(values)
+    }
+
+    /// Copies `buffer` into `values` (same length), after all queued work has finished.
+    pub fn copy_to_host<T: DeviceValue>(&self, buffer: &DeviceBuffer<T>, values: &mut [T]) -> Result<()> {
+        buffer.check_gpu(self, "the source buffer")?;
+        if values.len() != buffer.len {
+            return Err(Error::LengthMismatch { what: "copy to host", expected: buffer.len, actual: values.len() });
+        }
+        let bytes = buffer.bytes();
+        self.synchronize()?;
+        match &buffer.storage {
+            Storage::Device(address) => {
+                if bytes > 0 {
+                    unsafe {
+                        check_driver(
+                            cust::sys::cuMemcpyDtoH_v2(values.as_mut_ptr().cast(), *address, bytes),
+                            "copying from the device",
+                            bytes,
+                        )?;
+                    }
+                }
+            }
+            Storage::Host(words) => unsafe {
+                std::ptr::copy_nonoverlapping(words.as_ptr().cast::<u8>(), values.as_mut_ptr().cast::<u8>(), bytes);
+            },
+        }
+        Ok(())
+    }
+}

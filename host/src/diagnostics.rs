@@ -1,0 +1,66 @@
+//! Device self-test: runs the probe kernels of `gpu-select-kernels` (one per group of
+//! device-layer primitives) and returns what every thread saw. The test suite compares the
+//! result with a CPU model on whatever backend is present, so the emulator and a GPU answer
+//! the same assertions.
+
+use gpu_select_kernels::entry::{KernelId, PROBE_GLOBAL_ATOMICS, PROBE_INDICES, PROBE_SHARED, PROBE_WARP};
+pub use gpu_select_kernels::probe::{GLOBAL_SCRATCH_WORDS, PROBE_SLOTS};
+use gpu_select_kernels::probe::{ProbeParams, SharedProbeLayout};
+
+use crate::error::{Error, Result};
+use crate::gpu::{Gpu, LaunchShape};
+
+/// Which probe to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Probe {
+    /// Thread, block and grid indices, lane and warp ids, lane masks.
+    Indices,
+    /// Shuffles, votes, match, warp reductions and scans.
+    WarpCollectives,
+    /// Shared memory across barriers and shared atomics.
+    SharedMemory,
+    /// Global atomics and fences.
+    GlobalAtomics,
+}
+
+/// What a probe run returns.
+#[derive(Debug)]
+pub struct ProbeOutput {
+    /// [`PROBE_SLOTS`] values per thread, threads in launch order.
+    pub slots: Vec<u64>,
+    /// The scratch words after the run (global-atomics probe).
+    pub scratch: Vec<u32>,
+}
+
+impl ProbeOutput {
+    /// The slots of thread `thread` (linear over the grid).
+    pub fn thread(&self, thread: usize) -> &[u64] {
+        &self.slots[thread * PROBE_SLOTS..(thread + 1) * PROBE_SLOTS]
+    }
+}
+
+/// Runs `probe` on a grid of `grid` blocks of `block_threads` threads, one `input` value
+/// per thread.
+pub fn run_probe(gpu: &Gpu, probe: Probe, grid: (u32, u32), block_threads: u32, input: &[u64]) -> Result<ProbeOutput> {
+    let threads = grid.0 as usize * grid.1 as usize * block_threads as usize;
+    if input.len() != threads {
+        return Err(Error::LengthMismatch { what: "probe input (one per thread)", expected: threads, actual: input.len() });
+    }
+    let input = gpu.upload(input)?;
+    let out = gpu.alloc_zeroed::<u64>(threads * PROBE_SLOTS)?;
+    let mut initial_scratch = vec![0u32; GLOBAL_SCRATCH_WORDS];
+    initial_scratch[16] = u32::MAX;
+    // Buffers start 16-byte aligned, so the 64-bit counter at word 20 is 8-byte aligned.
+    let scratch = gpu.upload(&initial_scratch)?;
+    let params = ProbeParams { input: input.global_ptr(), out: out.global_ptr(), scratch: scratch.global_ptr() };
+    let (kernel, shared_bytes): (KernelId<ProbeParams>, usize) = match probe {
+        Probe::Indices => (PROBE_INDICES, 0),
+        Probe::WarpCollectives => (PROBE_WARP, 0),
+        Probe::SharedMemory => (PROBE_SHARED, SharedProbeLayout::new(block_threads).bytes),
+        Probe::GlobalAtomics => (PROBE_GLOBAL_ATOMICS, 0),
+    };
+    gpu.launch(kernel, LaunchShape { grid, block_threads, shared_bytes }, params)?;
+    let slots = gpu.download(&out)?;
+    let scratch = gpu.download(&scratch)?;
+    Ok(ProbeOutput { slots, scratch })
+}

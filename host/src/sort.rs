@@ -1,0 +1,130 @@
+//! Small-array sort: the block bitonic sort of `gpu-select-kernels`, on segments of up to
+//! 2048 keys.
+
+use gpu_select_kernels::block::bitonic_sort::{BlockSortLayout, MAX_BLOCK_SORT_LEN, sort_threads};
+use gpu_select_kernels::entry::KernelKey;
+use gpu_select_kernels::params::{BlockSortParams, GlobalPtr};
+
+use crate::buffer::DeviceBuffer;
+use crate::error::{Error, Result};
+use crate::gpu::{Gpu, LaunchShape};
+use crate::{Order, SelectKey};
+
+/// Sorted keys with the index each came from.
+#[derive(Debug)]
+pub struct SortedSegments<K> {
+    /// Keys, each segment in the requested order.
+    pub keys: DeviceBuffer<K>,
+    /// For each key, its position within its segment in the input.
+    pub indices: DeviceBuffer<u64>,
+}
+
+impl Gpu {
+    /// Sorts each of the `keys.len() / segment_len` consecutive segments of `keys`, one block
+    /// per segment, with the block bitonic sort.
+    ///
+    /// * Order: `Order::Smallest` ascending, `Order::Largest` descending, in the total order
+    ///   of [`Key`](crate::Key) (NaN above +inf, -0.0 below +0.0).
+    /// * Ties: stable, in both orders (equal keys keep their input order), so results are
+    ///   the same run to run.
+    /// * Keys come back bit for bit (NaN payloads too); indices are positions within the
+    ///   segment.
+    ///
+    /// Errors: [`Error::EmptyInput`]; [`Error::InvalidArgument`] when `segment_len` is 0, over
+    /// [`MAX_SMALL_SORT_LEN`], or does not divide `keys.len()`.
+    ///
+    /// ```
+    /// use gpu_select::{Gpu, Order};
+    ///
+    /// let gpu = Gpu::emulator();
+    /// let keys = gpu.upload(&[5i32, -1, 3, 3, 8, 0])?;
+    /// let sorted = gpu.sort_segments(&keys, 3, Order::Largest)?;
+    /// assert_eq!(gpu.download(&sorted.keys)?, [5, 3, -1, 8, 3, 0]);
+    /// assert_eq!(gpu.download(&sorted.indices)?, [0, 2, 1, 1, 0, 2]);
+    /// # Ok::<(), gpu_select::Error>(())
+    /// ```
+    pub fn sort_segments<K: SelectKey>(
+        &self,
+        keys: &DeviceBuffer<K>,
+        segment_len: usize,
+        order: Order,
+    ) -> Result<SortedSegments<K>> {
+        keys.check_gpu(self, "keys")?;
+        if keys.is_empty() {
+            return Err(Error::EmptyInput);
+        }
+        if segment_len == 0 || segment_len > MAX_SMALL_SORT_LEN {
+            return Err(Error::invalid(format!(
+                "segment length {segment_len}: the block sort takes 1 to {MAX_SMALL_SORT_LEN} keys per segment"
+            )));
+        }
+        if keys.len() % segment_len != 0 {
+            return Err(Error::invalid(format!(
+                "{} keys do not split into segments of {segment_len}",
+                keys.len()
+            )));
+        }
+        let segments = keys.len() / segment_len;
+        let segments = u32::try_from(segments)
+            .ok()
+            .filter(|&segments| segments < (1 << 31))
+            .ok_or_else(|| Error::invalid(format!("{segments} segments: at most 2^31 - 1 per call")))?;
+        let sorted_keys = self.alloc_zeroed::<K>(keys.len())?;
+        let indices = self.alloc_zeroed::<u64>(keys.len())?;
+        let segment_len = segment_len as u32;
+        let params = BlockSortParams {
+            keys_in: keys.global_ptr(),
+            indices_in: GlobalPtr::null(),
+            keys_out: sorted_keys.global_ptr(),
+            indices_out: indices.global_ptr(),
+            segment_len,
+            order: order.to_raw(),
+        };
+        let shape = LaunchShape {
+            grid: (segments, 1),
+            block_threads: sort_threads(segment_len),
+            shared_bytes: BlockSortLayout::<K::Bits>::new(segment_len).bytes,
+        };
+        self.launch(K::BLOCK_SORT, shape, params)?;
+        Ok(SortedSegments { keys: sorted_keys, indices })
+    }
+
+    /// Sorts a host slice of up to [`MAX_SMALL_SORT_LEN`] keys on the device; returns the
+    /// keys in `order` and the input position of each. Same order, tie and NaN rules as
+    /// [`Gpu::sort_segments`].
+    ///
+    /// ```
+    /// use gpu_select::{Gpu, Order};
+    ///
+    /// let gpu = Gpu::emulator();
+    /// let (keys, indices) = gpu.sort_small(&[2.5f32, f32::NAN, -0.0, 0.0], Order::Smallest)?;
+    /// assert_eq!(indices, [2, 3, 0, 1]); // -0.0 before 0.0, NaN last
+    /// assert!(keys[3].is_nan());
+    /// # Ok::<(), gpu_select::Error>(())
+    /// ```
+    pub fn sort_small<K: SelectKey>(&self, keys: &[K], order: Order) -> Result<(Vec<K>, Vec<u64>)> {
+        if keys.len() > MAX_SMALL_SORT_LEN {
+            return Err(Error::invalid(format!(
+                "{} keys: sort_small takes at most {MAX_SMALL_SORT_LEN}",
+                keys.len()
+            )));
+        }
+        let device_keys = self.upload(keys)?;
+        let sorted = self.sort_segments(&device_keys, keys.len().max(1), order)?;
+        Ok((self.download(&sorted.keys)?, self.download(&sorted.indices)?))
+    }
+}
+
+/// The longest segment the block sort takes.
+pub const MAX_SMALL_SORT_LEN: usize = MAX_BLOCK_SORT_LEN as usize;
+
+// Every key type of the library has a block-sort kernel (a compile-time check of the table).
+const _: () = {
+    const fn has_sort<K: KernelKey>() {}
+    has_sort::<f32>();
+    has_sort::<f64>();
+    has_sort::<i32>();
+    has_sort::<u32>();
+    has_sort::<i64>();
+    has_sort::<u64>();
+};
