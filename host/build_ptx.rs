@@ -85,7 +85,8 @@ pub fn build_ptx(workspace: &Path, out_dir: &Path) -> Result<Vec<PathBuf>, Strin
                 String::from_utf8_lossy(&output.stderr)
             ));
         }
-        let built = target_dir.join("nvptx64-nvidia-cuda").join("ptx").join("deps").join("gpu_select_kernels.s");
+        let built =
+            target_dir.join("nvptx64-nvidia-cuda").join("ptx").join("deps").join("gpu_select_kernels.s");
         let destination = out_dir.join(ptx_file_name(flavour.arch));
         std::fs::copy(&built, &destination)
             .map_err(|e| format!("cannot copy {} to {}: {e}", built.display(), destination.display()))?;

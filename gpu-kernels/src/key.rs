@@ -178,7 +178,15 @@ mod tests {
             f32::INFINITY,
             f32::NAN,
         ]);
-        assert_order_preserved(&[f64::NEG_INFINITY, -1.0, -0.0, 0.0, f64::from_bits(1), f64::INFINITY, f64::NAN]);
+        assert_order_preserved(&[
+            f64::NEG_INFINITY,
+            -1.0,
+            -0.0,
+            0.0,
+            f64::from_bits(1),
+            f64::INFINITY,
+            f64::NAN,
+        ]);
         // Every NaN encodes the same, whatever its sign or payload.
         let odd_nan = f32::from_bits(0xffc0_1234);
         assert!(odd_nan.is_nan());

@@ -28,13 +28,21 @@ impl Gpu {
     /// assert_eq!(gpu.read_pass(&data, &mut scratch)?, 9);
     /// # Ok::<(), gpu_select::Error>(())
     /// ```
-    pub fn read_pass<T: DeviceValue>(&self, buffer: &DeviceBuffer<T>, scratch: &mut DeviceBuffer<u32>) -> Result<u32> {
+    pub fn read_pass<T: DeviceValue>(
+        &self,
+        buffer: &DeviceBuffer<T>,
+        scratch: &mut DeviceBuffer<u32>,
+    ) -> Result<u32> {
         buffer.check_gpu(self, "the buffer")?;
-        if buffer.bytes() % 4 != 0 {
+        if !buffer.bytes().is_multiple_of(4) {
             return Err(Error::invalid("the read pass reads whole 32-bit words"));
         }
         if scratch.len() != 1 {
-            return Err(Error::LengthMismatch { what: "read-pass scratch", expected: 1, actual: scratch.len() });
+            return Err(Error::LengthMismatch {
+                what: "read-pass scratch",
+                expected: 1,
+                actual: scratch.len(),
+            });
         }
         self.copy_to_device(&[0], scratch)?;
         self.queue_read_pass(buffer, scratch)?;
@@ -42,7 +50,11 @@ impl Gpu {
     }
 
     /// Queues the read pass without waiting for it (for timing loops).
-    pub fn queue_read_pass<T: DeviceValue>(&self, buffer: &DeviceBuffer<T>, scratch: &DeviceBuffer<u32>) -> Result<()> {
+    pub fn queue_read_pass<T: DeviceValue>(
+        &self,
+        buffer: &DeviceBuffer<T>,
+        scratch: &DeviceBuffer<u32>,
+    ) -> Result<()> {
         let words = (buffer.bytes() / 4) as u64;
         let blocks_needed = words.div_ceil(4 * READ_THREADS as u64).max(1);
         let blocks = (self.limits().multiprocessors * READ_BLOCKS_PER_SM).min(blocks_needed as u32).max(1);
@@ -51,6 +63,10 @@ impl Gpu {
             len: words,
             out: scratch.global_ptr(),
         };
-        self.launch(READ_FLOOR, LaunchShape { grid: (blocks, 1), block_threads: READ_THREADS, shared_bytes: 0 }, params)
+        self.launch(
+            READ_FLOOR,
+            LaunchShape { grid: (blocks, 1), block_threads: READ_THREADS, shared_bytes: 0 },
+            params,
+        )
     }
 }

@@ -85,11 +85,12 @@ impl<T: DeviceValue> DeviceBuffer<T> {
 
 impl<T> Drop for DeviceBuffer<T> {
     fn drop(&mut self) {
-        if let (Storage::Device(address), Backend::Cuda(device)) = (&self.storage, &*self.gpu.inner) {
-            if *address != 0 && device.make_current().is_ok() {
-                // A failure to free cannot be reported from drop; the context keeps running.
-                let _ = unsafe { cust::sys::cuMemFree_v2(*address) };
-            }
+        if let (Storage::Device(address), Backend::Cuda(device)) = (&self.storage, &*self.gpu.inner)
+            && *address != 0
+            && device.make_current().is_ok()
+        {
+            // A failure to free cannot be reported from drop; the context keeps running.
+            let _ = unsafe { cust::sys::cuMemFree_v2(*address) };
         }
     }
 }
@@ -114,8 +115,16 @@ impl Gpu {
                 let mut address = 0u64;
                 if bytes > 0 {
                     unsafe {
-                        check_driver(cust::sys::cuMemAlloc_v2(&mut address, bytes), "allocating device memory", bytes)?;
-                        check_driver(cust::sys::cuMemsetD8_v2(address, 0, bytes), "clearing device memory", bytes)?;
+                        check_driver(
+                            cust::sys::cuMemAlloc_v2(&mut address, bytes),
+                            "allocating device memory",
+                            bytes,
+                        )?;
+                        check_driver(
+                            cust::sys::cuMemsetD8_v2(address, 0, bytes),
+                            "clearing device memory",
+                            bytes,
+                        )?;
                     }
                 }
                 Storage::Device(address)
@@ -166,7 +175,11 @@ impl Gpu {
                 }
             }
             (Storage::Host(words), _) => unsafe {
-                std::ptr::copy_nonoverlapping(values.as_ptr().cast::<u8>(), words.as_mut_ptr().cast::<u8>(), bytes);
+                std::ptr::copy_nonoverlapping(
+                    values.as_ptr().cast::<u8>(),
+                    words.as_mut_ptr().cast::<u8>(),
+                    bytes,
+                );
             },
             (Storage::Device(_), Backend::Emulator(_)) => unreachable!("checked by check_gpu"),
         }
@@ -184,7 +197,11 @@ impl Gpu {
     pub fn copy_to_host<T: DeviceValue>(&self, buffer: &DeviceBuffer<T>, values: &mut [T]) -> Result<()> {
         buffer.check_gpu(self, "the source buffer")?;
         if values.len() != buffer.len {
-            return Err(Error::LengthMismatch { what: "copy to host", expected: buffer.len, actual: values.len() });
+            return Err(Error::LengthMismatch {
+                what: "copy to host",
+                expected: buffer.len,
+                actual: values.len(),
+            });
         }
         let bytes = buffer.bytes();
         self.synchronize()?;
@@ -201,7 +218,11 @@ impl Gpu {
                 }
             }
             Storage::Host(words) => unsafe {
-                std::ptr::copy_nonoverlapping(words.as_ptr().cast::<u8>(), values.as_mut_ptr().cast::<u8>(), bytes);
+                std::ptr::copy_nonoverlapping(
+                    words.as_ptr().cast::<u8>(),
+                    values.as_mut_ptr().cast::<u8>(),
+                    bytes,
+                );
             },
         }
         Ok(())

@@ -41,10 +41,20 @@ impl ProbeOutput {
 
 /// Runs `probe` on a grid of `grid` blocks of `block_threads` threads, one `input` value
 /// per thread.
-pub fn run_probe(gpu: &Gpu, probe: Probe, grid: (u32, u32), block_threads: u32, input: &[u64]) -> Result<ProbeOutput> {
+pub fn run_probe(
+    gpu: &Gpu,
+    probe: Probe,
+    grid: (u32, u32),
+    block_threads: u32,
+    input: &[u64],
+) -> Result<ProbeOutput> {
     let threads = grid.0 as usize * grid.1 as usize * block_threads as usize;
     if input.len() != threads {
-        return Err(Error::LengthMismatch { what: "probe input (one per thread)", expected: threads, actual: input.len() });
+        return Err(Error::LengthMismatch {
+            what: "probe input (one per thread)",
+            expected: threads,
+            actual: input.len(),
+        });
     }
     let input = gpu.upload(input)?;
     let out = gpu.alloc_zeroed::<u64>(threads * PROBE_SLOTS)?;
@@ -52,7 +62,8 @@ pub fn run_probe(gpu: &Gpu, probe: Probe, grid: (u32, u32), block_threads: u32, 
     initial_scratch[16] = u32::MAX;
     // Buffers start 16-byte aligned, so the 64-bit counter at word 20 is 8-byte aligned.
     let scratch = gpu.upload(&initial_scratch)?;
-    let params = ProbeParams { input: input.global_ptr(), out: out.global_ptr(), scratch: scratch.global_ptr() };
+    let params =
+        ProbeParams { input: input.global_ptr(), out: out.global_ptr(), scratch: scratch.global_ptr() };
     let (kernel, shared_bytes): (KernelId<ProbeParams>, usize) = match probe {
         Probe::Indices => (PROBE_INDICES, 0),
         Probe::WarpCollectives => (PROBE_WARP, 0),

@@ -91,10 +91,9 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::NoDevice { reason } => write!(f, "no CUDA device available: {reason}"),
-            Error::UnsupportedDevice { name, compute_capability: (major, minor) } => write!(
-                f,
-                "{name} has compute capability {major}.{minor}; gpu-select needs 8.0 or newer"
-            ),
+            Error::UnsupportedDevice { name, compute_capability: (major, minor) } => {
+                write!(f, "{name} has compute capability {major}.{minor}; gpu-select needs 8.0 or newer")
+            }
             Error::PtxLoad { arch, reason } => {
                 write!(f, "the driver could not load the {arch} PTX: {reason}")
             }

@@ -116,8 +116,8 @@ impl Gpu {
             .map_err(|e| Error::PtxLoad { arch, reason: e.to_string() })?;
         // A blocking stream: the synchronous copies and memsets (legacy default stream) are
         // ordered with its kernels, so a kernel never reads memory still being written.
-        let stream = Stream::new(StreamFlags::DEFAULT, None)
-            .map_err(|e| Error::driver("creating a stream", e, 0))?;
+        let stream =
+            Stream::new(StreamFlags::DEFAULT, None).map_err(|e| Error::driver("creating a stream", e, 0))?;
         Ok(Self { inner: Arc::new(Backend::Cuda(CudaDevice { module, stream, context, limits, arch })) })
     }
 
@@ -143,9 +143,9 @@ impl Gpu {
             "cuda" | "gpu" => Self::new(),
             "emulator" | "emu" => Ok(Self::emulator()),
             "" | "auto" => Ok(Self::new().unwrap_or_else(|_| Self::emulator())),
-            other => Err(Error::invalid(format!(
-                "{BACKEND_ENV}={other}: expected `cuda`, `emulator` or `auto`"
-            ))),
+            other => {
+                Err(Error::invalid(format!("{BACKEND_ENV}={other}: expected `cuda`, `emulator` or `auto`")))
+            }
         }
     }
 
@@ -179,7 +179,9 @@ impl Gpu {
                     device.arch
                 )
             }
-            Backend::Emulator(_) => "emulator (kernels run on CPU threads; no CUDA device in use)".to_string(),
+            Backend::Emulator(_) => {
+                "emulator (kernels run on CPU threads; no CUDA device in use)".to_string()
+            }
         }
     }
 
@@ -201,13 +203,15 @@ impl Gpu {
         match &*self.inner {
             Backend::Cuda(device) => {
                 device.make_current()?;
-                let event = || Event::new(EventFlags::DEFAULT).map_err(|e| Error::driver("creating an event", e, 0));
+                let event =
+                    || Event::new(EventFlags::DEFAULT).map_err(|e| Error::driver("creating an event", e, 0));
                 let (start, stop) = (event()?, event()?);
                 start.record(&device.stream).map_err(|e| Error::driver("recording an event", e, 0))?;
                 let result = work()?;
                 stop.record(&device.stream).map_err(|e| Error::driver("recording an event", e, 0))?;
                 stop.synchronize().map_err(|e| Error::driver("waiting for the GPU", e, 0))?;
-                let ms = stop.elapsed_time_f32(&start).map_err(|e| Error::driver("reading an event", e, 0))?;
+                let ms =
+                    stop.elapsed_time_f32(&start).map_err(|e| Error::driver("reading an event", e, 0))?;
                 Ok((result, ms as f64))
             }
             Backend::Emulator(_) => {
@@ -263,7 +267,8 @@ impl std::fmt::Debug for Gpu {
 impl CudaDevice {
     /// CUDA contexts are current per host thread; every entry point makes ours current.
     pub(crate) fn make_current(&self) -> Result<()> {
-        CurrentContext::set_current(&self.context).map_err(|e| Error::driver("making the context current", e, 0))
+        CurrentContext::set_current(&self.context)
+            .map_err(|e| Error::driver("making the context current", e, 0))
     }
 
     fn launch<P>(&self, kernel: KernelId<P>, shape: LaunchShape, mut params: P) -> Result<()> {
@@ -295,7 +300,6 @@ impl CudaDevice {
         }
         .map_err(|e| Error::driver(format!("launching {}", kernel.name), e, 0))
     }
-
 }
 
 fn read_limits(device: Device) -> std::result::Result<DeviceLimits, CudaError> {

@@ -49,16 +49,40 @@ impl Gpu {
         segment_len: usize,
         order: Order,
     ) -> Result<SortedSegments<K>> {
+        let mut sorted = SortedSegments {
+            keys: self.alloc_zeroed::<K>(keys.len())?,
+            indices: self.alloc_zeroed::<u64>(keys.len())?,
+        };
+        self.sort_segments_into(keys, segment_len, order, &mut sorted)?;
+        Ok(sorted)
+    }
+
+    /// [`Gpu::sort_segments`] into caller-provided outputs of `keys.len()` each (no
+    /// allocation; the launch is queued, and a later download waits for it).
+    pub fn sort_segments_into<K: SelectKey>(
+        &self,
+        keys: &DeviceBuffer<K>,
+        segment_len: usize,
+        order: Order,
+        sorted: &mut SortedSegments<K>,
+    ) -> Result<()> {
         keys.check_gpu(self, "keys")?;
+        sorted.keys.check_gpu(self, "the output keys")?;
+        sorted.indices.check_gpu(self, "the output indices")?;
         if keys.is_empty() {
             return Err(Error::EmptyInput);
+        }
+        for (what, len) in [("output keys", sorted.keys.len()), ("output indices", sorted.indices.len())] {
+            if len != keys.len() {
+                return Err(Error::LengthMismatch { what, expected: keys.len(), actual: len });
+            }
         }
         if segment_len == 0 || segment_len > MAX_SMALL_SORT_LEN {
             return Err(Error::invalid(format!(
                 "segment length {segment_len}: the block sort takes 1 to {MAX_SMALL_SORT_LEN} keys per segment"
             )));
         }
-        if keys.len() % segment_len != 0 {
+        if !keys.len().is_multiple_of(segment_len) {
             return Err(Error::invalid(format!(
                 "{} keys do not split into segments of {segment_len}",
                 keys.len()
@@ -69,14 +93,12 @@ impl Gpu {
             .ok()
             .filter(|&segments| segments < (1 << 31))
             .ok_or_else(|| Error::invalid(format!("{segments} segments: at most 2^31 - 1 per call")))?;
-        let sorted_keys = self.alloc_zeroed::<K>(keys.len())?;
-        let indices = self.alloc_zeroed::<u64>(keys.len())?;
         let segment_len = segment_len as u32;
         let params = BlockSortParams {
             keys_in: keys.global_ptr(),
             indices_in: GlobalPtr::null(),
-            keys_out: sorted_keys.global_ptr(),
-            indices_out: indices.global_ptr(),
+            keys_out: sorted.keys.global_ptr(),
+            indices_out: sorted.indices.global_ptr(),
             segment_len,
             order: order.to_raw(),
         };
@@ -85,8 +107,7 @@ impl Gpu {
             block_threads: sort_threads(segment_len),
             shared_bytes: BlockSortLayout::<K::Bits>::new(segment_len).bytes,
         };
-        self.launch(K::BLOCK_SORT, shape, params)?;
-        Ok(SortedSegments { keys: sorted_keys, indices })
+        self.launch(K::BLOCK_SORT, shape, params)
     }
 
     /// Sorts a host slice of up to [`MAX_SMALL_SORT_LEN`] keys on the device; returns the

@@ -102,9 +102,7 @@ pub unsafe fn shfl_down_u32(mask: u32, value: u32, delta: u32) -> u32 {
 }
 #[inline(always)]
 pub unsafe fn shfl_xor_u32(mask: u32, value: u32, lane_mask: u32) -> u32 {
-    unsafe {
-        shfl_sync_bfly_i32(mask as i32, value as i32, lane_mask as i32, CLAMP_WHOLE_WARP) as u32
-    }
+    unsafe { shfl_sync_bfly_i32(mask as i32, value as i32, lane_mask as i32, CLAMP_WHOLE_WARP) as u32 }
 }
 #[inline(always)]
 pub unsafe fn ballot(mask: u32, predicate: bool) -> u32 {
@@ -150,8 +148,7 @@ pub unsafe fn shared_atomic_max_u32(address: *mut u32, value: u32) -> u32 {
 }
 #[inline(always)]
 pub unsafe fn shared_atomic_cas_u32(address: *mut u32, expected: u32, new: u32) -> u32 {
-    match unsafe { AtomicU32::from_ptr(address) }.compare_exchange(expected, new, Relaxed, Relaxed)
-    {
+    match unsafe { AtomicU32::from_ptr(address) }.compare_exchange(expected, new, Relaxed, Relaxed) {
         Ok(old) | Err(old) => old,
     }
 }

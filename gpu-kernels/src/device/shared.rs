@@ -53,10 +53,7 @@ impl SharedLayout {
     pub const fn push<T>(self, len: usize) -> (Self, SharedRegion<T>) {
         let offset = round_up(self.bytes, REGION_ALIGN);
         let end = offset + len * size_of::<T>();
-        (
-            Self { bytes: round_up(end, REGION_ALIGN) },
-            SharedRegion { offset, len, element: PhantomData },
-        )
+        (Self { bytes: round_up(end, REGION_ALIGN) }, SharedRegion { offset, len, element: PhantomData })
     }
 
     /// Bytes of dynamic shared memory the layout needs: what the host passes at launch.
@@ -102,10 +99,7 @@ impl<T> SharedRegion<T> {
     /// The launch must have asked for at least the layout's [`SharedLayout::bytes`].
     #[inline(always)]
     pub unsafe fn bind(self) -> SharedSlice<T> {
-        SharedSlice {
-            base: unsafe { super::shared_base().add(self.offset) }.cast::<T>(),
-            len: self.len,
-        }
+        SharedSlice { base: unsafe { super::shared_base().add(self.offset) }.cast::<T>(), len: self.len }
     }
 }
 

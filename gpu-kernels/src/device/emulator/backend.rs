@@ -102,9 +102,8 @@ pub fn active_mask() -> u32 {
 fn source_lane(mask: u32, source: u32) -> usize {
     if mask & (1 << source) == 0 {
         let (block, thread) = block_and_thread();
-        block.fail(format!(
-            "thread {thread}: shuffle reads lane {source}, which is not in mask {mask:#010x}"
-        ));
+        block
+            .fail(format!("thread {thread}: shuffle reads lane {source}, which is not in mask {mask:#010x}"));
     }
     source as usize
 }
@@ -133,7 +132,9 @@ pub unsafe fn shfl_xor_u32(mask: u32, value: u32, lane_mask: u32) -> u32 {
 
 pub unsafe fn ballot(mask: u32, predicate: bool) -> u32 {
     let values = exchange(mask, predicate as u64);
-    (0..32).filter(|&lane| mask & (1 << lane) != 0 && values[lane] != 0).fold(0, |bits, lane| bits | 1 << lane)
+    (0..32)
+        .filter(|&lane| mask & (1 << lane) != 0 && values[lane] != 0)
+        .fold(0, |bits, lane| bits | 1 << lane)
 }
 
 pub unsafe fn match_any_u32(mask: u32, value: u32) -> u32 {

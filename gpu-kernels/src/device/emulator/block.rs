@@ -19,10 +19,8 @@ pub struct Abort;
 const POLL: Duration = Duration::from_millis(50);
 
 pub fn deadlock_timeout_from_env() -> Duration {
-    let seconds = std::env::var(DEADLOCK_TIMEOUT_ENV)
-        .ok()
-        .and_then(|text| text.parse::<u64>().ok())
-        .unwrap_or(60);
+    let seconds =
+        std::env::var(DEADLOCK_TIMEOUT_ENV).ok().and_then(|text| text.parse::<u64>().ok()).unwrap_or(60);
     Duration::from_secs(seconds)
 }
 
@@ -214,17 +212,13 @@ impl Warp {
         state.existing & !state.returned
     }
 
-    fn exchange(
-        &self,
-        block: &BlockState,
-        lane: u32,
-        mask: u32,
-        value: u64,
-    ) -> Result<[u64; 32], String> {
+    fn exchange(&self, block: &BlockState, lane: u32, mask: u32, value: u64) -> Result<[u64; 32], String> {
         let bit = 1u32 << lane;
         let mut state = lock(&self.state);
         if mask & bit == 0 {
-            return Err(format!("lane {lane} calls a warp collective with mask {mask:#010x}, which omits it"));
+            return Err(format!(
+                "lane {lane} calls a warp collective with mask {mask:#010x}, which omits it"
+            ));
         }
         if mask & !state.existing != 0 {
             return Err(format!(
@@ -247,7 +241,14 @@ impl Warp {
             None => {
                 let id = state.next_id;
                 state.next_id += 1;
-                state.groups.push(Group { id, mask, arrived: 0, departed: 0, complete: false, values: [0; 32] });
+                state.groups.push(Group {
+                    id,
+                    mask,
+                    arrived: 0,
+                    departed: 0,
+                    complete: false,
+                    values: [0; 32],
+                });
                 state.groups.len() - 1
             }
         };
@@ -278,7 +279,8 @@ impl Warp {
                 abort();
             }
             if started.elapsed() > block.deadlock_timeout {
-                let arrived = state.groups.iter().find(|group| group.id == id).map_or(0, |group| group.arrived);
+                let arrived =
+                    state.groups.iter().find(|group| group.id == id).map_or(0, |group| group.arrived);
                 return Err(format!(
                     "deadlock: lane {lane} waited {:?} in a warp collective with mask {mask:#010x}; \
                      lanes {:#010x} never joined",
@@ -294,7 +296,11 @@ impl Warp {
         let bit = 1u32 << lane;
         let mut state = lock(&self.state);
         state.returned |= bit;
-        let stuck = state.groups.iter().find(|group| !group.complete && group.mask & bit != 0).map(|group| group.mask);
+        let stuck = state
+            .groups
+            .iter()
+            .find(|group| !group.complete && group.mask & bit != 0)
+            .map(|group| group.mask);
         drop(state);
         self.wake.notify_all();
         stuck.map(|mask| {
@@ -373,8 +379,8 @@ impl SharedMemory {
                 let writer = ((shadow >> SHADOW_THREAD_SHIFT) & 0x7ff) as u32;
                 let writer_atomic = shadow & SHADOW_ATOMIC != 0;
                 let same_interval = (shadow >> SHADOW_BLOCK_EPOCH_SHIFT) & EPOCH_MASK == block_epoch;
-                let unordered = same_interval
-                    && (writer / 32 != thread / 32 || shadow & EPOCH_MASK == warp_epoch);
+                let unordered =
+                    same_interval && (writer / 32 != thread / 32 || shadow & EPOCH_MASK == warp_epoch);
                 let conflict = match access {
                     Access::Atomic => unordered && writer != thread && !writer_atomic,
                     Access::Read | Access::Write => unordered && (writer != thread || writer_atomic),

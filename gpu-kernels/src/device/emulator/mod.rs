@@ -157,9 +157,9 @@ fn run_block(
     });
     match block.failure() {
         None => Ok(()),
-        Some(message) => Err(EmulatorError {
-            message: format!("block ({}, {}): {message}", block_idx.0, block_idx.1),
-        }),
+        Some(message) => {
+            Err(EmulatorError { message: format!("block ({}, {}): {message}", block_idx.0, block_idx.1) })
+        }
     }
 }
 

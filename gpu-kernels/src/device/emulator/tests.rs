@@ -141,7 +141,7 @@ fn warp_collectives_under_divergent_masks() {
     launch(&config(1, 32, 0), &|| unsafe {
         let lane = device::lane_id();
         let value = if lane < 16 {
-            device::ballot(0x0000_ffff, lane % 2 == 0)
+            device::ballot(0x0000_ffff, lane.is_multiple_of(2))
         } else {
             device::shfl_idx_u32(0xffff_0000, lane * 10, 16)
         };

@@ -1,0 +1,249 @@
+//! Benchmarks, timed with CUDA events on the library's stream (`Gpu::time_ms`), reported by
+//! criterion and summarised in `docs/results/<gpu>-<date>.{json,md}` with the ratio of each
+//! case to the read floor of the same bytes, measured in the same run.
+//!
+//! `cargo xtask bench [FILTER]` runs it. Without a CUDA device it says so, runs a short demo
+//! on the emulator and writes no results.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use criterion::{BenchmarkId, Criterion, Throughput};
+use gpu_select::{BackendKind, DeviceBuffer, Gpu, Order, SelectKey};
+
+/// One measured case of the summary.
+struct Case {
+    group: &'static str,
+    name: String,
+    elements: u64,
+    bytes: u64,
+    median_ms: f64,
+    floor_ms: f64,
+}
+
+/// CUDA-event timings of every iteration criterion asked for, per case.
+#[derive(Default)]
+struct Samples(Vec<f64>);
+
+impl Samples {
+    fn median(&mut self) -> f64 {
+        self.0.sort_by(f64::total_cmp);
+        self.0.get(self.0.len() / 2).copied().unwrap_or(f64::NAN)
+    }
+}
+
+/// Times `work` `iterations` times with events and records each time.
+fn timed(
+    gpu: &Gpu,
+    samples: &mut Samples,
+    iterations: u64,
+    mut work: impl FnMut() -> gpu_select::Result<()>,
+) -> Duration {
+    let mut total = 0.0;
+    for _ in 0..iterations {
+        let ((), ms) = gpu.time_ms(&mut work).expect("benchmark launch failed");
+        samples.0.push(ms);
+        total += ms;
+    }
+    Duration::from_secs_f64(total / 1e3)
+}
+
+fn uniform_f32(n: usize, seed: u64) -> Vec<f32> {
+    let mut state = seed;
+    (0..n)
+        .map(|_| {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (state >> 40) as f32 / (1u64 << 24) as f32
+        })
+        .collect()
+}
+
+/// Median read-floor time for a buffer of `bytes` bytes.
+fn read_floor(criterion: &mut Criterion, gpu: &Gpu, buffer: &DeviceBuffer<f32>, label: &str) -> f64 {
+    let mut scratch = gpu.alloc_zeroed::<u32>(1).unwrap();
+    gpu.read_pass(buffer, &mut scratch).unwrap();
+    let mut samples = Samples::default();
+    let mut group = criterion.benchmark_group("read_floor");
+    group.throughput(Throughput::Bytes(buffer.bytes() as u64));
+    group.bench_function(BenchmarkId::from_parameter(label), |b| {
+        b.iter_custom(|iterations| {
+            timed(gpu, &mut samples, iterations, || gpu.queue_read_pass(buffer, &scratch))
+        })
+    });
+    group.finish();
+    samples.median()
+}
+
+fn bench_sort<K: SelectKey>(
+    criterion: &mut Criterion,
+    gpu: &Gpu,
+    keys: &DeviceBuffer<K>,
+    segment_len: usize,
+    floor_ms: f64,
+    cases: &mut Vec<Case>,
+) {
+    let n = keys.len();
+    let name = format!("{} n=2^{} segments of {segment_len}", K::NAME, n.trailing_zeros());
+    let mut sorted = gpu_select::SortedSegments {
+        keys: gpu.alloc_zeroed::<K>(n).unwrap(),
+        indices: gpu.alloc_zeroed::<u64>(n).unwrap(),
+    };
+    let mut samples = Samples::default();
+    let mut group = criterion.benchmark_group("sort_segments");
+    group.throughput(Throughput::Elements(n as u64));
+    group.bench_function(BenchmarkId::from_parameter(&name), |b| {
+        b.iter_custom(|iterations| {
+            timed(gpu, &mut samples, iterations, || {
+                gpu.sort_segments_into(keys, segment_len, Order::Largest, &mut sorted)
+            })
+        })
+    });
+    group.finish();
+    cases.push(Case {
+        group: "sort_segments",
+        name,
+        elements: n as u64,
+        bytes: keys.bytes() as u64,
+        median_ms: samples.median(),
+        floor_ms,
+    });
+}
+
+/// Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
+fn today() -> String {
+    let days =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64 / 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + if month <= 2 { 1 } else { 0 };
+    format!("{year:04}-{month:02}-{day:02}")
+}
+
+fn results_dir() -> std::path::PathBuf {
+    if let Ok(dir) = std::env::var("GPU_SELECT_RESULTS_DIR") {
+        return dir.into();
+    }
+    let in_workspace = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/results");
+    if in_workspace.is_dir() { in_workspace } else { "docs/results".into() }
+}
+
+fn write_results(gpu: &Gpu, cases: &[Case]) {
+    let limits = gpu.limits();
+    let date = today();
+    let slug: String = limits
+        .name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' })
+        .collect();
+    let dir = results_dir();
+    std::fs::create_dir_all(&dir).expect("cannot create the results folder");
+    let mut json = format!(
+        "{{\n  \"gpu\": {:?},\n  \"date\": {:?},\n  \"backend\": {:?},\n  \"cases\": [\n",
+        limits.name,
+        date,
+        gpu.describe()
+    );
+    let mut markdown = format!(
+        "# Benchmarks on {} ({date})\n\n{}\n\nMedians of CUDA-event timings. *floor* = a read-only pass over the same \
+         bytes, measured in the same run.\n\n| group | case | ms | elements/s | GB/s | read floor ms | × floor |\n\
+         |---|---|---:|---:|---:|---:|---:|\n",
+        limits.name,
+        gpu.describe()
+    );
+    for (i, case) in cases.iter().enumerate() {
+        let elements_per_s = case.elements as f64 / (case.median_ms * 1e-3);
+        let gb_per_s = case.bytes as f64 / (case.median_ms * 1e-3) / 1e9;
+        let ratio = case.median_ms / case.floor_ms;
+        let _ = writeln!(
+            json,
+            "    {{\"group\": {:?}, \"case\": {:?}, \"elements\": {}, \"bytes\": {}, \"median_ms\": {:.5}, \
+             \"elements_per_s\": {:.4e}, \"gb_per_s\": {:.2}, \"read_floor_ms\": {:.5}, \"ratio_to_floor\": {:.3}}}{}",
+            case.group,
+            case.name,
+            case.elements,
+            case.bytes,
+            case.median_ms,
+            elements_per_s,
+            gb_per_s,
+            case.floor_ms,
+            ratio,
+            if i + 1 < cases.len() { "," } else { "" }
+        );
+        let _ = writeln!(
+            markdown,
+            "| {} | {} | {:.4} | {:.3e} | {:.1} | {:.4} | {:.2} |",
+            case.group, case.name, case.median_ms, elements_per_s, gb_per_s, case.floor_ms, ratio
+        );
+    }
+    json.push_str("  ]\n}\n");
+    let base = dir.join(format!("{slug}-{date}"));
+    std::fs::write(base.with_extension("json"), json).expect("cannot write the JSON results");
+    std::fs::write(base.with_extension("md"), &markdown).expect("cannot write the Markdown results");
+    println!("\n{markdown}\nwritten: {}.{{json,md}}", base.display());
+}
+
+/// Without a GPU: say so, and show the library working on the emulator.
+fn emulator_demo(reason: &str) {
+    println!("No CUDA device ({reason}).");
+    println!("Benchmarks need a GPU; running a short demo on the emulator instead (no results written).\n");
+    let gpu = Gpu::emulator();
+    let keys = uniform_f32(8 * 256, 7);
+    let device_keys = gpu.upload(&keys).unwrap();
+    let (sorted, ms) = gpu.time_ms(|| gpu.sort_segments(&device_keys, 256, Order::Largest)).unwrap();
+    let sorted_keys = gpu.download(&sorted.keys).unwrap();
+    println!("sorted 8 segments of 256 f32 keys, largest first, in {ms:.1} ms (emulated)");
+    println!("segment 0 starts {:?}", &sorted_keys[..4]);
+    let mut scratch = gpu.alloc_zeroed::<u32>(1).unwrap();
+    let max_bits = gpu.read_pass(&device_keys, &mut scratch).unwrap();
+    println!(
+        "read pass over {} bytes: largest word {max_bits:#x} = {}",
+        device_keys.bytes(),
+        f32::from_bits(max_bits)
+    );
+}
+
+fn main() {
+    let gpu = match Gpu::new() {
+        Ok(gpu) => gpu,
+        Err(error) => return emulator_demo(&error.to_string()),
+    };
+    assert_eq!(gpu.backend(), BackendKind::Cuda);
+    println!("benchmarking on {}", gpu.describe());
+    let mut criterion = Criterion::default()
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(1))
+        .sample_size(20)
+        .configure_from_args();
+    let mut cases = Vec::new();
+    let sizes = [20u32, 24, 28];
+    let total = sizes.len() * 4;
+    let mut step = 0;
+    for log_n in sizes {
+        let n = 1usize << log_n;
+        let keys = gpu.upload(&uniform_f32(n, log_n as u64)).unwrap();
+        step += 1;
+        eprintln!("[{step}/{total}] read floor n=2^{log_n}");
+        let floor_ms = read_floor(&mut criterion, &gpu, &keys, &format!("f32 n=2^{log_n}"));
+        cases.push(Case {
+            group: "read_floor",
+            name: format!("f32 n=2^{log_n}"),
+            elements: n as u64,
+            bytes: keys.bytes() as u64,
+            median_ms: floor_ms,
+            floor_ms,
+        });
+        for segment_len in [32, 256, 2048] {
+            step += 1;
+            eprintln!("[{step}/{total}] sort_segments f32 n=2^{log_n} segments of {segment_len}");
+            bench_sort(&mut criterion, &gpu, &keys, segment_len, floor_ms, &mut cases);
+        }
+    }
+    criterion.final_summary();
+    write_results(&gpu, &cases);
+}

@@ -1,0 +1,137 @@
+//! Checks of the embedded PTX: every kernel of the table is there with the parameter size
+//! the host passes, the instructions we mean are there, and `ptxas` assembles it without
+//! local-memory spills in the sort kernel.
+//!
+//! `ptxas` comes from `$PTXAS`, the `PATH`, `/usr/local/cuda/bin`, or the pip package
+//! `nvidia-cuda-nvcc-cu12` (which `./x setup` installs). Without it the ptxas test fails:
+//! a skipped check must not read as a pass.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use gpu_select::{PTX_SM80, PTX_SM90};
+use gpu_select_kernels::entry::{KernelKey, PLAIN_KERNEL_NAMES};
+
+fn all_kernel_names() -> Vec<&'static str> {
+    let mut names: Vec<&'static str> = PLAIN_KERNEL_NAMES.to_vec();
+    for keyed in [
+        <f32 as KernelKey>::KERNEL_NAMES,
+        <f64 as KernelKey>::KERNEL_NAMES,
+        <i32 as KernelKey>::KERNEL_NAMES,
+        <u32 as KernelKey>::KERNEL_NAMES,
+        <i64 as KernelKey>::KERNEL_NAMES,
+        <u64 as KernelKey>::KERNEL_NAMES,
+    ] {
+        names.extend_from_slice(keyed);
+    }
+    names
+}
+
+/// The text of one entry point, from its `.entry` line to the next entry.
+fn entry_body<'a>(ptx: &'a str, name: &str) -> &'a str {
+    let start =
+        ptx.find(&format!(".entry {name}(")).unwrap_or_else(|| panic!("kernel {name} missing from the PTX"));
+    let rest = &ptx[start..];
+    let end = rest[1..].find(".entry ").map_or(rest.len(), |e| e + 1);
+    &rest[..end]
+}
+
+#[test]
+fn every_table_kernel_is_exported_with_the_host_parameter_size() {
+    use gpu_select_kernels::bandwidth::ReadFloorParams;
+    use gpu_select_kernels::params::BlockSortParams;
+    use gpu_select_kernels::probe::ProbeParams;
+    for (arch, ptx) in [("sm_80", PTX_SM80), ("sm_90", PTX_SM90)] {
+        assert!(ptx.contains(&format!(".target {arch}")), "{arch} PTX targets another architecture");
+        for name in all_kernel_names() {
+            let body = entry_body(ptx, name);
+            let size = if name.starts_with("block_sort_") {
+                size_of::<BlockSortParams<f32>>()
+            } else if name.starts_with("probe_") {
+                size_of::<ProbeParams>()
+            } else {
+                size_of::<ReadFloorParams>()
+            };
+            assert!(
+                body.contains(&format!("{name}_param_0[{size}]")),
+                "{arch} {name}: its one parameter is not {size} bytes"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_intended_instructions_are_emitted() {
+    let ptx = PTX_SM90;
+    let shared = entry_body(ptx, "probe_shared");
+    for instruction in ["atom.shared.add.u32", "atom.shared.min.u32", "atom.shared.max.u32", "bar.sync"] {
+        assert!(shared.contains(instruction), "probe_shared lacks {instruction}");
+    }
+    let warp = entry_body(ptx, "probe_warp");
+    for instruction in [
+        "shfl.sync.idx",
+        "shfl.sync.up",
+        "shfl.sync.down",
+        "shfl.sync.bfly",
+        "vote.sync.ballot",
+        "match.any.sync",
+        "bar.warp.sync",
+        "activemask",
+    ] {
+        assert!(warp.contains(instruction), "probe_warp lacks {instruction}");
+    }
+    let sort = entry_body(ptx, "block_sort_f32");
+    assert!(sort.contains("ld.shared") && sort.contains("st.shared"), "the sort works in shared memory");
+    assert!(!sort.contains(".local"), "the sort keeps no array in local memory");
+    let read = entry_body(ptx, "read_floor_u32");
+    assert!(read.contains("ld.global.v4") || read.contains("ld.v4"), "the read pass uses 16-byte loads");
+}
+
+fn find_ptxas() -> Option<PathBuf> {
+    if let Ok(path) = std::env::var("PTXAS") {
+        return Some(PathBuf::from(path));
+    }
+    let on_path = Command::new("ptxas").arg("--version").output().is_ok_and(|o| o.status.success());
+    if on_path {
+        return Some(PathBuf::from("ptxas"));
+    }
+    let cuda = PathBuf::from("/usr/local/cuda/bin/ptxas");
+    if cuda.is_file() {
+        return Some(cuda);
+    }
+    let output = Command::new("python3")
+        .args(["-c", "import nvidia.cuda_nvcc, os; print(os.path.join(list(nvidia.cuda_nvcc.__path__)[0], 'bin', 'ptxas'))"])
+        .output()
+        .ok()?;
+    let path = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
+    path.is_file().then_some(path)
+}
+
+#[test]
+fn ptxas_assembles_both_flavours_without_spills() {
+    let ptxas = find_ptxas().expect(
+        "ptxas not found: set PTXAS, or install it with `pip install nvidia-cuda-nvcc-cu12` (`./x setup` does)",
+    );
+    let dir = std::env::temp_dir().join(format!("gpu-select-ptx-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (arch, ptx) in [("sm_80", PTX_SM80), ("sm_90", PTX_SM90)] {
+        let file = dir.join(format!("{arch}.ptx"));
+        std::fs::write(&file, ptx).unwrap();
+        let output = Command::new(&ptxas)
+            .args([&format!("-arch={arch}"), "-v"])
+            .arg(&file)
+            .args(["-o", "/dev/null"])
+            .output()
+            .expect("ptxas did not start");
+        let report = String::from_utf8_lossy(&output.stderr).to_string();
+        assert!(output.status.success(), "ptxas rejected the {arch} PTX:\n{report}");
+        for kernel in report.split("Compiling entry function '").skip(1) {
+            let name = &kernel[..kernel.find('\'').unwrap()];
+            assert!(
+                kernel.contains("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"),
+                "{arch} {name} uses local memory:\n{kernel}"
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
