@@ -100,8 +100,9 @@ impl<T> GlobalPtr<T> {
     }
 }
 
-/// Parameters of the block bitonic sort (`block_sort_<key>`): `grid.x` segments of
-/// `segment_len` keys each, stored one after another; one block sorts one segment.
+/// Parameters of the block bitonic sort (`block_sort_<key>`): `segments` segments of
+/// `segment_len` keys each, stored one after another. A block sorts
+/// [`segments_per_block`](crate::block::bitonic_sort::segments_per_block) of them.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct BlockSortParams<K> {
@@ -117,4 +118,8 @@ pub struct BlockSortParams<K> {
     pub segment_len: u32,
     /// [`Order::to_raw`]: which end comes first.
     pub order: u32,
+    /// Number of segments.
+    pub segments: u32,
+    /// Keeps the struct free of implicit padding (set to 0).
+    pub reserved: u32,
 }

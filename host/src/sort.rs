@@ -1,7 +1,9 @@
 //! Small-array sort: the block bitonic sort of `gpu-select-kernels`, on segments of up to
 //! 2048 keys.
 
-use gpu_select_kernels::block::bitonic_sort::{BlockSortLayout, MAX_BLOCK_SORT_LEN, sort_threads};
+use gpu_select_kernels::block::bitonic_sort::{
+    BlockSortLayout, MAX_BLOCK_SORT_LEN, segments_per_block, sort_threads,
+};
 use gpu_select_kernels::entry::KernelKey;
 use gpu_select_kernels::params::{BlockSortParams, GlobalPtr};
 
@@ -20,8 +22,8 @@ pub struct SortedSegments<K> {
 }
 
 impl Gpu {
-    /// Sorts each of the `keys.len() / segment_len` consecutive segments of `keys`, one block
-    /// per segment, with the block bitonic sort.
+    /// Sorts each of the `keys.len() / segment_len` consecutive segments of `keys` with the
+    /// block bitonic sort (one block per segment, or several short segments per block).
     ///
     /// * Order: `Order::Smallest` ascending, `Order::Largest` descending, in the total order
     ///   of [`Key`](crate::Key) (NaN above +inf, -0.0 below +0.0).
@@ -101,10 +103,12 @@ impl Gpu {
             indices_out: sorted.indices.global_ptr(),
             segment_len,
             order: order.to_raw(),
+            segments,
+            reserved: 0,
         };
         let shape = LaunchShape {
-            grid: (segments, 1),
-            block_threads: sort_threads(segment_len),
+            grid: (segments.div_ceil(segments_per_block(segment_len)), 1),
+            block_threads: sort_threads(segment_len, segments),
             shared_bytes: BlockSortLayout::<K::Bits>::new(segment_len).bytes,
         };
         self.launch(K::BLOCK_SORT, shape, params)
