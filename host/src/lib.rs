@@ -45,3 +45,8 @@ pub use sort::{MAX_SMALL_SORT_LEN, SortedSegments};
 pub trait SelectKey: Key + gpu_select_kernels::entry::KernelKey + DeviceValue {}
 
 impl<K: Key + gpu_select_kernels::entry::KernelKey + DeviceValue> SelectKey for K {}
+
+/// The README's example, compiled and run as a doc test.
+#[doc = include_str!("../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
