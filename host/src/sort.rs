@@ -2,7 +2,7 @@
 //! 2048 keys.
 
 use gpu_select_kernels::block::bitonic_sort::{
-    BlockSortLayout, MAX_BLOCK_SORT_LEN, segments_per_block, sort_threads,
+    BlockSortLayout, MAX_BLOCK_SORT_LEN, SORT_THREADS, segments_per_block,
 };
 use gpu_select_kernels::entry::KernelKey;
 use gpu_select_kernels::params::{BlockSortParams, GlobalPtr};
@@ -108,7 +108,7 @@ impl Gpu {
         };
         let shape = LaunchShape {
             grid: (segments.div_ceil(segments_per_block(segment_len)), 1),
-            block_threads: sort_threads(segment_len, segments),
+            block_threads: SORT_THREADS,
             shared_bytes: BlockSortLayout::<K::Bits>::new(segment_len).bytes,
         };
         self.launch(K::BLOCK_SORT, shape, params)

@@ -1,4 +1,10 @@
-//! Warp-wide operations built on shuffles. *All lanes of `mask` call together.*
+//! Warp-wide operations built on shuffles. *All lanes of the warp call together.*
+//!
+//! * reductions and scans (this file);
+//! * [`bitonic`]: bitonic sorting and merging networks over `32·R` key + position pairs held
+//!   in registers.
+
+pub mod bitonic;
 
 use crate::device::{self, shfl_xor_u32};
 

@@ -1,0 +1,180 @@
+//! Bitonic networks over key + position pairs held in a warp's registers.
+//!
+//! A warp holds `32·R` pairs in the *lane-stride* layout: element `e` of the warp lives in
+//! register `e / 32` of lane `e % 32`.
+//!
+//! ```text
+//!            lane 0   lane 1  …  lane 31
+//! reg 0      e = 0    e = 1   …  e = 31
+//! reg 1      e = 32   e = 33  …  e = 63
+//!  …
+//! reg R−1    e = 32(R−1) …       e = 32R − 1
+//! ```
+//!
+//! A compare-exchange stage of stride `s` pairs element `e` with `e ^ s`:
+//!
+//! * `s ≥ 32`: the partner is register `r ^ (s/32)` of the *same lane* — a plain
+//!   min/max in registers, no communication;
+//! * `s < 32`: the partner is the same register of lane `lane ^ s` — one `shfl.sync.bfly`
+//!   per word, and each lane keeps the min or the max.
+//!
+//! Register indices are compile-time constants in every stage (the stride between
+//! registers is a const generic), so the arrays stay in registers (`tests/ptx_checks.rs`
+//! checks that no kernel uses local memory).
+//!
+//! Directions follow Batcher's network over a larger index space: a stage of merge size
+//! `size` sorts ascending where bit `size` of the element's *global* index (`base + e`) is 0,
+//! and always ascending when `size == run_len`, so several runs of `run_len` laid side by
+//! side all end ascending. That lets a block run the early merge sizes in registers and the
+//! later ones in shared memory with one rule (`block::bitonic_sort`).
+
+use crate::device::{self, FULL_WARP, WARP_SIZE};
+use crate::key::OrderedBits;
+use crate::thread::{compare_exchange, pair_after};
+
+/// `32·R` (ordered bits, position) pairs of one warp, lane-stride layout.
+#[derive(Clone, Copy, Debug)]
+pub struct WarpPairs<B, const R: usize> {
+    /// Encoded keys; register `r` of lane `l` holds element `32r + l`.
+    pub bits: [B; R],
+    /// Positions (tie-breaks and the index the caller maps back).
+    pub positions: [u32; R],
+}
+
+impl<B: OrderedBits, const R: usize> WarpPairs<B, R> {
+    /// Elements the warp holds.
+    pub const LEN: usize = 32 * R;
+
+    /// All registers set to `(MAX, u32::MAX)`: padding that sorts last.
+    pub fn padding() -> Self {
+        Self { bits: [B::MAX; R], positions: [u32::MAX; R] }
+    }
+}
+
+/// Shuffles ordered bits of either width (two shuffles for 64-bit keys).
+///
+/// # Safety
+/// All 32 lanes call it together.
+#[inline(always)]
+unsafe fn shfl_xor_bits<B: OrderedBits>(value: B, lane_mask: u32) -> B {
+    if B::BITS == 32 {
+        B::from_u64(unsafe { device::shfl_xor_u32(FULL_WARP, value.to_u64() as u32, lane_mask) } as u64)
+    } else {
+        B::from_u64(unsafe { device::shfl_xor_u64(FULL_WARP, value.to_u64(), lane_mask) })
+    }
+}
+
+/// Whether element `global` sorts ascending in a stage of merge size `size`.
+#[inline(always)]
+fn ascending(global: usize, size: usize, run_len: usize) -> bool {
+    size == run_len || global & size == 0
+}
+
+/// One stage with stride `32·J` (`J ≥ 1`): partners in the same lane, registers `r` and
+/// `r ^ J`.
+#[inline(always)]
+fn stage_in_registers<B: OrderedBits, const R: usize, const J: usize>(
+    pairs: &mut WarpPairs<B, R>,
+    base: usize,
+    size: usize,
+    run_len: usize,
+) {
+    let lane = device::lane_id() as usize;
+    for r in 0..R {
+        let partner = r ^ J;
+        if partner > r && partner < R {
+            let up = ascending(base + r * 32 + lane, size, run_len);
+            let mut low = (pairs.bits[r], pairs.positions[r]);
+            let mut high = (pairs.bits[partner], pairs.positions[partner]);
+            compare_exchange(&mut low, &mut high, up);
+            (pairs.bits[r], pairs.positions[r]) = low;
+            (pairs.bits[partner], pairs.positions[partner]) = high;
+        }
+    }
+}
+
+/// One stage with stride `stride < 32`: partners in lanes `lane` and `lane ^ stride`.
+///
+/// # Safety
+/// All 32 lanes call it together.
+#[inline(always)]
+unsafe fn stage_across_lanes<B: OrderedBits, const R: usize>(
+    pairs: &mut WarpPairs<B, R>,
+    base: usize,
+    size: usize,
+    stride: usize,
+    run_len: usize,
+) {
+    let lane = device::lane_id() as usize;
+    let lower = lane & stride == 0;
+    for r in 0..R {
+        let up = ascending(base + r * 32 + lane, size, run_len);
+        let (bits, position) = (pairs.bits[r], pairs.positions[r]);
+        let other_bits = unsafe { shfl_xor_bits(bits, stride as u32) };
+        let other_position = unsafe { device::shfl_xor_u32(FULL_WARP, position, stride as u32) };
+        // The lower element keeps the smaller pair when ascending, the larger otherwise.
+        let keep_smaller = lower == up;
+        let mine_after = pair_after(bits, position, other_bits, other_position);
+        if mine_after == keep_smaller {
+            pairs.bits[r] = other_bits;
+            pairs.positions[r] = other_position;
+        }
+    }
+}
+
+/// Runs the stages of merge size `size` from stride `first_stride` down to 1.
+///
+/// `base` is the global index of the warp's element 0 (a multiple of `32·R`), used for
+/// directions; `run_len` is the length of the runs being sorted (see the module docs).
+///
+/// # Safety
+/// All 32 lanes call it together with the same arguments; `first_stride < 32·R`.
+#[inline(always)]
+pub unsafe fn merge_stages<B: OrderedBits, const R: usize>(
+    pairs: &mut WarpPairs<B, R>,
+    base: usize,
+    size: usize,
+    first_stride: usize,
+    run_len: usize,
+) {
+    let mut stride = first_stride;
+    while stride >= WARP_SIZE as usize {
+        match stride / 32 {
+            1 => stage_in_registers::<B, R, 1>(pairs, base, size, run_len),
+            2 => stage_in_registers::<B, R, 2>(pairs, base, size, run_len),
+            4 => stage_in_registers::<B, R, 4>(pairs, base, size, run_len),
+            8 => stage_in_registers::<B, R, 8>(pairs, base, size, run_len),
+            16 => stage_in_registers::<B, R, 16>(pairs, base, size, run_len),
+            _ => {}
+        }
+        stride /= 2;
+    }
+    while stride > 0 {
+        unsafe { stage_across_lanes(pairs, base, size, stride, run_len) };
+        stride /= 2;
+    }
+}
+
+/// Sorts the warp's elements in runs: all merge sizes `2, 4, …, min(run_len, 32·R)`.
+///
+/// With `run_len ≤ 32·R` every run of `run_len` elements ends ascending by (bits, position);
+/// with a longer `run_len` the warp's `32·R` elements end as one sorted sequence whose
+/// direction is what Batcher's network over `run_len` wants there, ready for the larger
+/// merges in shared memory.
+///
+/// # Safety
+/// All 32 lanes call it together with the same arguments; `R ≤ 16`, `run_len` a power of
+/// two ≥ 2.
+#[inline(always)]
+pub unsafe fn sort_runs<B: OrderedBits, const R: usize>(
+    pairs: &mut WarpPairs<B, R>,
+    base: usize,
+    run_len: usize,
+) {
+    let last = if run_len < 32 * R { run_len } else { 32 * R };
+    let mut size = 2;
+    while size <= last {
+        unsafe { merge_stages(pairs, base, size, size / 2, run_len) };
+        size *= 2;
+    }
+}
