@@ -10,6 +10,7 @@ use crate::block::bitonic_sort::sort_segments;
 use crate::key::Key;
 use crate::params::BlockSortParams;
 use crate::probe::{ProbeParams, global_atomics, indices, shared_memory, warp_collectives};
+use crate::topk::bitonic::{TopKParams, reduce_q1, reduce_q2, reduce_q4, reduce_q8};
 
 /// A kernel the host can launch: the PTX symbol and the body the emulator runs.
 pub struct KernelId<P> {
@@ -36,6 +37,14 @@ impl<P> core::fmt::Debug for KernelId<P> {
 pub trait KernelKey: Key {
     /// Block bitonic sort of segments of up to 2048 keys.
     const BLOCK_SORT: KernelId<BlockSortParams<Self>>;
+    /// Bitonic top-k reduction pass, k ≤ 32.
+    const TOPK_BITONIC_Q1: KernelId<TopKParams<Self>>;
+    /// Bitonic top-k reduction pass, k ≤ 64.
+    const TOPK_BITONIC_Q2: KernelId<TopKParams<Self>>;
+    /// Bitonic top-k reduction pass, k ≤ 128.
+    const TOPK_BITONIC_Q4: KernelId<TopKParams<Self>>;
+    /// Bitonic top-k reduction pass, k ≤ 256.
+    const TOPK_BITONIC_Q8: KernelId<TopKParams<Self>>;
     /// Every kernel name of this key type, as in the PTX.
     const KERNEL_NAMES: &'static [&'static str];
 }
@@ -43,6 +52,10 @@ pub trait KernelKey: Key {
 crate::__kernel_table! {
     keyed for [f32, f64, i32, u32, i64, u64] {
         BLOCK_SORT = block_sort(BlockSortParams) => sort_segments;
+        TOPK_BITONIC_Q1 = topk_bitonic_q1(TopKParams) => reduce_q1;
+        TOPK_BITONIC_Q2 = topk_bitonic_q2(TopKParams) => reduce_q2;
+        TOPK_BITONIC_Q4 = topk_bitonic_q4(TopKParams) => reduce_q4;
+        TOPK_BITONIC_Q8 = topk_bitonic_q8(TopKParams) => reduce_q8;
     }
     plain {
         /// Read-only pass over a buffer: the benchmarks' floor.

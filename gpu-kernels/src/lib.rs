@@ -14,6 +14,7 @@
 //! | [`thread`] | compare-exchange on key + index pairs |
 //! | [`warp`] | warp-wide reductions built on shuffles |
 //! | [`block`] | block-wide networks in shared memory (bitonic sort) |
+//! | [`topk`] | the top-k algorithms |
 //! | [`entry`] | the exported kernels, generated from one table |
 //!
 //! [`key`] holds the order-preserving key encodings and [`params`] the `#[repr(C)]`
@@ -42,6 +43,7 @@ pub mod key;
 pub mod params;
 pub mod probe;
 pub mod thread;
+pub mod topk;
 pub mod warp;
 
 pub use key::{Key, OrderedBits};

@@ -186,6 +186,49 @@ impl Gpu {
         Ok(())
     }
 
+    /// Copies the first `destination.len()` values of `source` into `destination`, on the
+    /// device (queued after earlier work).
+    pub(crate) fn copy_prefix<T: DeviceValue>(
+        &self,
+        source: &DeviceBuffer<T>,
+        destination: &mut DeviceBuffer<T>,
+    ) -> Result<()> {
+        source.check_gpu(self, "the source buffer")?;
+        destination.check_gpu(self, "the destination buffer")?;
+        if destination.len > source.len {
+            return Err(Error::LengthMismatch {
+                what: "device copy (at most)",
+                expected: source.len,
+                actual: destination.len,
+            });
+        }
+        let bytes = destination.bytes();
+        if bytes == 0 {
+            return Ok(());
+        }
+        match (&source.storage, &mut destination.storage, &*self.inner) {
+            (Storage::Device(from), Storage::Device(to), Backend::Cuda(device)) => {
+                device.make_current()?;
+                check_driver(
+                    unsafe { cust::sys::cuMemcpyDtoD_v2(*to, *from, bytes) },
+                    "copying on the device",
+                    bytes,
+                )
+            }
+            (Storage::Host(from), Storage::Host(to), _) => {
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        from.as_ptr().cast::<u8>(),
+                        to.as_mut_ptr().cast::<u8>(),
+                        bytes,
+                    )
+                };
+                Ok(())
+            }
+            _ => unreachable!("both buffers belong to this Gpu"),
+        }
+    }
+
     /// Copies `buffer` back to a new vector, after all queued work has finished.
     pub fn download<T: DeviceValue>(&self, buffer: &DeviceBuffer<T>) -> Result<Vec<T>> {
         let mut values = vec![T::default(); buffer.len];

@@ -33,6 +33,7 @@ mod gpu;
 mod ptx;
 pub mod reference;
 mod sort;
+mod topk;
 
 pub use buffer::{DeviceBuffer, DeviceValue};
 pub use error::{Error, Result};
@@ -40,6 +41,7 @@ pub use gpu::{BACKEND_ENV, BackendKind, DeviceLimits, Gpu};
 pub use gpu_select_kernels::{Key, Order};
 pub use ptx::{PTX_SM80, PTX_SM90};
 pub use sort::{MAX_SMALL_SORT_LEN, SortedSegments};
+pub use topk::{Algorithm, TopK, TopKOptions};
 
 /// A key type the library selects on: `f32`, `f64`, `i32`, `u32`, `i64`, `u64`.
 pub trait SelectKey: Key + gpu_select_kernels::entry::KernelKey + DeviceValue {}

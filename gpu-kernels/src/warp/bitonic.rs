@@ -178,3 +178,95 @@ pub unsafe fn sort_runs<B: OrderedBits, const R: usize>(
         size *= 2;
     }
 }
+
+/// Folds two sorted runs of `32·Q` pairs into the smaller half, sorted: `kept` becomes the
+/// `32·Q` smallest pairs of `kept ∪ other`, ascending (the bitonic top-k step: compare
+/// `kept[i]` with `other[32Q − 1 − i]`, keep the smaller — the result is bitonic — then
+/// rebuild it with a bitonic merge).
+///
+/// `other` must be sorted ascending too. Element `i = 32q + lane` of `kept` meets element
+/// `32Q − 1 − i` of `other`: register `Q − 1 − q` of lane `31 − lane`.
+///
+/// # Safety
+/// All 32 lanes call it together.
+#[inline(always)]
+pub unsafe fn fold_sorted_runs<B: OrderedBits, const Q: usize>(
+    kept: &mut WarpPairs<B, Q>,
+    other: &WarpPairs<B, Q>,
+) {
+    for q in 0..Q {
+        let partner_bits = unsafe { shfl_xor_bits(other.bits[Q - 1 - q], 31) };
+        let partner_position = unsafe { device::shfl_xor_u32(FULL_WARP, other.positions[Q - 1 - q], 31) };
+        if pair_after(kept.bits[q], kept.positions[q], partner_bits, partner_position) {
+            kept.bits[q] = partner_bits;
+            kept.positions[q] = partner_position;
+        }
+    }
+    // The kept run is bitonic: one merge sorts it (every stage ascending, as size == run).
+    unsafe { merge_stages(kept, 0, 32 * Q, 16 * Q, 32 * Q) };
+}
+
+/// Folds run `2J + 1` into run `2J` and stores the result as run `J` (runs of `32·Q` pairs).
+/// `J` is a const generic so that every register index is a constant: a loop over `J`
+/// that LLVM declines to unroll would move the arrays to local memory.
+#[inline(always)]
+unsafe fn fold_pair<B: OrderedBits, const R: usize, const Q: usize, const J: usize>(
+    all: &mut WarpPairs<B, R>,
+) {
+    let mut kept = WarpPairs::<B, Q>::padding();
+    let mut other = WarpPairs::<B, Q>::padding();
+    for q in 0..Q {
+        kept.bits[q] = all.bits[2 * J * Q + q];
+        kept.positions[q] = all.positions[2 * J * Q + q];
+        other.bits[q] = all.bits[(2 * J + 1) * Q + q];
+        other.positions[q] = all.positions[(2 * J + 1) * Q + q];
+    }
+    unsafe { fold_sorted_runs(&mut kept, &other) };
+    for q in 0..Q {
+        all.bits[J * Q + q] = kept.bits[q];
+        all.positions[J * Q + q] = kept.positions[q];
+    }
+}
+
+/// Folds the `RUNS` runs in use pairwise into `RUNS / 2`, packed to the front.
+#[inline(always)]
+unsafe fn fold_level<B: OrderedBits, const R: usize, const Q: usize, const RUNS: usize>(
+    all: &mut WarpPairs<B, R>,
+) {
+    macro_rules! fold_pairs {
+        ($($j:literal)*) => { $( if $j < RUNS / 2 { unsafe { fold_pair::<B, R, Q, $j>(all) } } )* };
+    }
+    fold_pairs!(0 1 2 3 4 5 6 7);
+}
+
+/// Reduces the `32·R` pairs of a warp, sorted in runs of `32·Q` (by [`sort_runs`] with
+/// `run_len = 32·Q`), to their `32·Q` smallest, sorted ascending, by folding runs pairwise.
+///
+/// # Safety
+/// All 32 lanes call it together; `Q` divides `R`, both powers of two, `R ≤ 16`.
+#[inline(always)]
+pub unsafe fn reduce_runs<B: OrderedBits, const R: usize, const Q: usize>(
+    pairs: &WarpPairs<B, R>,
+) -> WarpPairs<B, Q> {
+    let mut all = *pairs;
+    unsafe {
+        if R / Q >= 16 {
+            fold_level::<B, R, Q, 16>(&mut all);
+        }
+        if R / Q >= 8 {
+            fold_level::<B, R, Q, 8>(&mut all);
+        }
+        if R / Q >= 4 {
+            fold_level::<B, R, Q, 4>(&mut all);
+        }
+        if R / Q >= 2 {
+            fold_level::<B, R, Q, 2>(&mut all);
+        }
+    }
+    let mut best = WarpPairs::<B, Q>::padding();
+    for q in 0..Q {
+        best.bits[q] = all.bits[q];
+        best.positions[q] = all.positions[q];
+    }
+    best
+}

@@ -1,0 +1,3 @@
+//! Top-k algorithms: each module is one algorithm of the host's `Algorithm` enum.
+
+pub mod bitonic;

@@ -1,0 +1,319 @@
+//! Top-k against the CPU oracle: every key type, both orders, edge sizes and k, the
+//! distributions of design.md §4, every algorithm cross-checked, and bad input.
+//!
+//! Ties are deterministic (equal keys: lower index first), so values *and* indices must
+//! equal the oracle's exactly.
+
+mod common;
+
+use common::SplitMix;
+use gpu_select::{Algorithm, Error, Gpu, Order, SelectKey, TopKOptions, reference};
+
+/// How the tests make and compare keys of each type.
+trait TestKey: SelectKey {
+    fn random(bits: u64) -> Self;
+    fn from_rank(rank: i64) -> Self;
+    fn specials() -> Vec<Self>;
+    fn exact(self) -> u64;
+}
+
+macro_rules! float_test_key {
+    ($t:ty) => {
+        impl TestKey for $t {
+            fn random(bits: u64) -> Self {
+                ((bits >> 11) as f64 / (1u64 << 53) as f64) as $t
+            }
+            fn from_rank(rank: i64) -> Self {
+                rank as $t * 0.25
+            }
+            fn specials() -> Vec<Self> {
+                vec![
+                    <$t>::NEG_INFINITY,
+                    <$t>::INFINITY,
+                    <$t>::NAN,
+                    -<$t>::NAN,
+                    0.0,
+                    -0.0,
+                    <$t>::from_bits(1),
+                    -<$t>::from_bits(2),
+                    <$t>::MAX,
+                    <$t>::MIN,
+                ]
+            }
+            fn exact(self) -> u64 {
+                self.to_bits() as u64
+            }
+        }
+    };
+}
+float_test_key!(f32);
+float_test_key!(f64);
+
+macro_rules! int_test_key {
+    ($t:ty) => {
+        impl TestKey for $t {
+            fn random(bits: u64) -> Self {
+                bits as $t
+            }
+            fn from_rank(rank: i64) -> Self {
+                (rank + 1_000) as $t
+            }
+            fn specials() -> Vec<Self> {
+                vec![<$t>::MIN, <$t>::MAX, 0 as $t, 1 as $t]
+            }
+            fn exact(self) -> u64 {
+                self as u64
+            }
+        }
+    };
+}
+int_test_key!(i32);
+int_test_key!(u32);
+int_test_key!(i64);
+int_test_key!(u64);
+
+#[derive(Clone, Copy, Debug)]
+enum Distribution {
+    Uniform,
+    Ascending,
+    Descending,
+    AllEqual,
+    FewDistinct(u64),
+    Specials,
+    /// All equal but four values, one of them far above and one far below.
+    Outliers,
+}
+
+const DISTRIBUTIONS: [Distribution; 8] = [
+    Distribution::Uniform,
+    Distribution::Ascending,
+    Distribution::Descending,
+    Distribution::AllEqual,
+    Distribution::FewDistinct(2),
+    Distribution::FewDistinct(16),
+    Distribution::Specials,
+    Distribution::Outliers,
+];
+
+fn generate<K: TestKey>(n: usize, distribution: Distribution, seed: u64) -> Vec<K> {
+    let mut random = SplitMix(seed);
+    let specials = K::specials();
+    match distribution {
+        Distribution::Uniform => (0..n).map(|_| K::random(random.next())).collect(),
+        Distribution::Ascending => (0..n).map(|i| K::from_rank(i as i64)).collect(),
+        Distribution::Descending => (0..n).map(|i| K::from_rank(-(i as i64))).collect(),
+        Distribution::AllEqual => vec![K::from_rank(3); n],
+        Distribution::FewDistinct(d) => (0..n).map(|_| K::from_rank((random.next() % d) as i64)).collect(),
+        Distribution::Specials => (0..n)
+            .map(|_| {
+                let pick = random.next();
+                if pick.is_multiple_of(4) {
+                    K::random(pick)
+                } else {
+                    specials[(pick >> 8) as usize % specials.len()]
+                }
+            })
+            .collect(),
+        Distribution::Outliers => {
+            let mut keys = vec![K::from_rank(5); n];
+            for (j, i) in [0, n / 3, n / 2, n - 1].into_iter().enumerate() {
+                keys[i] = K::from_rank([1000, -1000, 6, 4][j]);
+            }
+            keys
+        }
+    }
+}
+
+fn check<K: TestKey>(gpu: &Gpu, data: &[K], k: usize, options: TopKOptions, context: &str) {
+    let device_data = gpu.upload(data).unwrap();
+    let top = gpu.top_k_with(&device_data, k, &options).unwrap_or_else(|e| panic!("{context}: {e}"));
+    let (values, indices) = (gpu.download(&top.values).unwrap(), gpu.download(&top.indices).unwrap());
+    let expected: Vec<(u64, u64)> = reference::sort_pairs(data, options.order)
+        .into_iter()
+        .take(k)
+        .map(|(key, i)| (key.exact(), i))
+        .collect();
+    let got: Vec<(u64, u64)> = values.iter().map(|v| v.exact()).zip(indices).collect();
+    assert_eq!(got, expected, "{context}");
+}
+
+/// (n, k) pairs at the edges: one key, warp and tile boundaries, k at 1, n − 1, n and at
+/// the register-run sizes ± 1.
+fn shapes(gpu: &Gpu) -> Vec<(usize, usize)> {
+    let mut shapes =
+        vec![(1, 1), (31, 31), (32, 1), (33, 32), (2047, 2046), (2048, 2048), (2049, 33), (4100, 256)];
+    if !common::on_emulator(gpu) {
+        shapes.extend([
+            (65_537, 1),
+            (65_537, 64),
+            (65_537, 255),
+            (1 << 20, 129),
+            (1 << 20, 256),
+            (3_000_001, 100),
+        ]);
+    }
+    shapes
+}
+
+/// The whole matrix on a GPU. The emulator runs 256 host threads per block, so there the
+/// full matrix runs for `f32` and the other key types take three distributions.
+fn check_all<K: TestKey>() {
+    let gpu = common::gpu();
+    let full = !common::on_emulator(&gpu) || K::NAME == "f32";
+    let distributions: Vec<Distribution> = if full {
+        DISTRIBUTIONS.to_vec()
+    } else {
+        vec![Distribution::Uniform, Distribution::FewDistinct(2), Distribution::Specials]
+    };
+    for (n, k) in shapes(&gpu) {
+        for (d, &distribution) in distributions.iter().enumerate() {
+            let data = generate::<K>(n, distribution, (n * 7 + d) as u64);
+            for order in [Order::Smallest, Order::Largest] {
+                let context = format!("{} n={n} k={k} {distribution:?} {order:?} auto", K::NAME);
+                check(&gpu, &data, k, TopKOptions::new(order), &context);
+            }
+        }
+    }
+}
+
+#[test]
+fn top_k_f32() {
+    check_all::<f32>();
+}
+
+#[test]
+fn top_k_f64() {
+    check_all::<f64>();
+}
+
+#[test]
+fn top_k_i32() {
+    check_all::<i32>();
+}
+
+#[test]
+fn top_k_u32() {
+    check_all::<u32>();
+}
+
+#[test]
+fn top_k_i64() {
+    check_all::<i64>();
+}
+
+#[test]
+fn top_k_u64() {
+    check_all::<u64>();
+}
+
+#[test]
+fn bitonic_for_every_queue_size_and_small_inputs() {
+    // Each kernel instantiation (k ≤ 32, 64, 128, 256) on inputs the block sort would
+    // otherwise take, and across a tile boundary.
+    let gpu = common::gpu();
+    for (n, k) in [(1, 1), (40, 33), (300, 64), (300, 65), (2049, 129), (3000, 256)] {
+        for &distribution in &[Distribution::Uniform, Distribution::Specials] {
+            let data = generate::<f32>(n, distribution, n as u64);
+            for order in [Order::Smallest, Order::Largest] {
+                let options = TopKOptions::new(order).with_algorithm(Algorithm::Bitonic);
+                check(&gpu, &data, k, options, &format!("bitonic n={n} k={k} {distribution:?} {order:?}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn algorithms_agree_with_each_other() {
+    let gpu = common::gpu();
+    for n in [1usize, 100, 2048] {
+        let data = generate::<i64>(n, Distribution::FewDistinct(16), 5);
+        for k in [1, n.div_ceil(2).min(256), n.min(256)] {
+            let results: Vec<_> = [Algorithm::Bitonic, Algorithm::BlockSort, Algorithm::Auto]
+                .into_iter()
+                .map(|algorithm| {
+                    let options = TopKOptions::new(Order::Largest).with_algorithm(algorithm);
+                    let top = gpu.top_k_with(&gpu.upload(&data).unwrap(), k, &options).unwrap();
+                    (gpu.download(&top.values).unwrap(), gpu.download(&top.indices).unwrap())
+                })
+                .collect();
+            assert!(results.windows(2).all(|pair| pair[0] == pair[1]), "n={n} k={k}");
+        }
+    }
+}
+
+#[test]
+fn nan_orders_above_infinity_and_negative_zero_below_zero() {
+    let gpu = common::gpu();
+    let data = [1.0f32, f32::NAN, f32::INFINITY, -0.0, 0.0, f32::NEG_INFINITY, -f32::NAN];
+    let (largest, indices) = gpu.top_k_host(&data, 4, Order::Largest).unwrap();
+    assert!(largest[0].is_nan() && largest[1].is_nan());
+    assert_eq!(indices, [1, 6, 2, 0]);
+    let (smallest, indices) = gpu.top_k_host(&data, 3, Order::Smallest).unwrap();
+    assert_eq!(indices, [5, 3, 4]);
+    assert_eq!(smallest[1].to_bits(), (-0.0f32).to_bits());
+}
+
+#[test]
+fn caller_workspace_is_reused_and_checked() {
+    let gpu = common::gpu();
+    let data = generate::<u32>(5000, Distribution::Uniform, 11);
+    let device_data = gpu.upload(&data).unwrap();
+    let options = TopKOptions::new(Order::Smallest).with_algorithm(Algorithm::Bitonic);
+    let bytes = gpu.top_k_workspace_bytes::<u32>(data.len(), 50, &options).unwrap();
+    let mut workspace = gpu.alloc_zeroed::<u8>(bytes).unwrap();
+    let mut out =
+        gpu_select::TopK { values: gpu.alloc_zeroed(50).unwrap(), indices: gpu.alloc_zeroed(50).unwrap() };
+    for _ in 0..2 {
+        gpu.top_k_into(&device_data, 50, &options, &mut workspace, &mut out).unwrap();
+        let expected: Vec<u64> =
+            reference::sort_pairs(&data, Order::Smallest).into_iter().take(50).map(|(_, i)| i).collect();
+        assert_eq!(gpu.download(&out.indices).unwrap(), expected);
+    }
+    if bytes > 0 {
+        let mut small = gpu.alloc_zeroed::<u8>(bytes - 1).unwrap();
+        let error = gpu.top_k_into(&device_data, 50, &options, &mut small, &mut out).unwrap_err();
+        assert!(matches!(error, Error::LengthMismatch { .. }), "{error}");
+    }
+    let mut wrong_out =
+        gpu_select::TopK { values: gpu.alloc_zeroed(49).unwrap(), indices: gpu.alloc_zeroed(50).unwrap() };
+    assert!(matches!(
+        gpu.top_k_into(&device_data, 50, &options, &mut workspace, &mut wrong_out),
+        Err(Error::LengthMismatch { .. })
+    ));
+}
+
+#[test]
+fn bad_input_gives_clear_errors() {
+    let gpu = common::gpu();
+    let data = gpu.upload(&[3u32, 1, 2]).unwrap();
+    let message = |result: gpu_select::Result<gpu_select::TopK<u32>>| result.unwrap_err().to_string();
+    assert!(message(gpu.top_k(&data, 0, Order::Largest)).contains("k = 0"));
+    assert!(message(gpu.top_k(&data, 4, Order::Largest)).contains("larger than the input"));
+    assert_eq!(
+        gpu.top_k(&gpu.upload::<u32>(&[]).unwrap(), 1, Order::Largest).unwrap_err(),
+        Error::EmptyInput
+    );
+    let big = gpu.alloc_zeroed::<u32>(5000).unwrap();
+    let error = message(gpu.top_k(&big, 300, Order::Largest));
+    assert!(error.contains("k ≤ 256"), "{error}");
+    let options = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::BlockSort);
+    assert!(message(gpu.top_k_with(&big, 3, &options)).contains("at most 2048"));
+}
+
+#[test]
+fn inputs_above_2_pow_31_on_a_gpu() {
+    let gpu = common::gpu();
+    if common::on_emulator(&gpu) {
+        // 8 GiB through host threads is out of the emulator's reach; this runs on a GPU.
+        eprintln!("inputs_above_2_pow_31_on_a_gpu: not run on the emulator");
+        return;
+    }
+    let n = (1usize << 31) + 3;
+    let mut data = vec![0.5f32; n];
+    data[n - 1] = 3.0; // the largest sits past index 2^31
+    data[(1 << 31) + 1] = 2.0;
+    data[12] = 1.0;
+    let (values, indices) = gpu.top_k_host(&data, 3, Order::Largest).unwrap();
+    assert_eq!(values, [3.0, 2.0, 1.0]);
+    assert_eq!(indices, [n as u64 - 1, (1 << 31) + 1, 12]);
+}
