@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput};
-use gpu_select::{BackendKind, DeviceBuffer, Gpu, Order, SelectKey};
+use gpu_select::{Algorithm, BackendKind, DeviceBuffer, Gpu, Order, SelectKey, TopK, TopKOptions};
 
 /// One measured case of the summary.
 struct Case {
@@ -104,6 +104,43 @@ fn bench_sort<K: SelectKey>(
         name,
         elements: n as u64,
         bytes: keys.bytes() as u64,
+        median_ms: samples.median(),
+        floor_ms,
+    });
+}
+
+fn bench_top_k<K: SelectKey>(
+    criterion: &mut Criterion,
+    gpu: &Gpu,
+    data: &DeviceBuffer<K>,
+    k: usize,
+    label: &str,
+    floor_ms: f64,
+    cases: &mut Vec<Case>,
+) {
+    let n = data.len();
+    let options = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::Bitonic);
+    let bytes = gpu.top_k_workspace_bytes::<K>(n, k, &options).unwrap();
+    let mut workspace = gpu.alloc_zeroed::<u8>(bytes).unwrap();
+    let mut out =
+        TopK { values: gpu.alloc_zeroed::<K>(k).unwrap(), indices: gpu.alloc_zeroed::<u64>(k).unwrap() };
+    let name = format!("bitonic {} n=2^{} k={k} {label}", K::NAME, n.trailing_zeros());
+    let mut samples = Samples::default();
+    let mut group = criterion.benchmark_group("top_k");
+    group.throughput(Throughput::Bytes(data.bytes() as u64));
+    group.bench_function(BenchmarkId::from_parameter(&name), |b| {
+        b.iter_custom(|iterations| {
+            timed(gpu, &mut samples, iterations, || {
+                gpu.top_k_into(data, k, &options, &mut workspace, &mut out)
+            })
+        })
+    });
+    group.finish();
+    cases.push(Case {
+        group: "top_k",
+        name,
+        elements: n as u64,
+        bytes: data.bytes() as u64,
         median_ms: samples.median(),
         floor_ms,
     });
@@ -222,7 +259,7 @@ fn main() {
         .configure_from_args();
     let mut cases = Vec::new();
     let sizes = [20u32, 24, 28];
-    let total = sizes.len() * 4;
+    let total = sizes.len() * 7 + 3;
     let mut step = 0;
     for log_n in sizes {
         let n = 1usize << log_n;
@@ -242,6 +279,29 @@ fn main() {
             step += 1;
             eprintln!("[{step}/{total}] sort_segments f32 n=2^{log_n} segments of {segment_len}");
             bench_sort(&mut criterion, &gpu, &keys, segment_len, floor_ms, &mut cases);
+        }
+        for k in [1, 32, 256] {
+            step += 1;
+            eprintln!("[{step}/{total}] top_k f32 n=2^{log_n} k={k} uniform");
+            bench_top_k(&mut criterion, &gpu, &keys, k, "uniform", floor_ms, &mut cases);
+        }
+        if log_n == 28 {
+            drop(keys);
+            // The distributions whose time must stay within 10 % of uniform.
+            let ascending: Vec<f32> = (0..n).map(|i| i as f32).collect();
+            let all_equal = vec![1.0f32; n];
+            let mut killer = vec![1.0f32; n];
+            for (j, bit) in [3u32, 11, 19, 27].into_iter().enumerate() {
+                killer[n / 5 * (j + 1)] = f32::from_bits(0x3F80_0000 ^ (1 << bit));
+            }
+            for (label, values) in
+                [("ascending", ascending), ("all-equal", all_equal), ("bucket-killer", killer)]
+            {
+                step += 1;
+                eprintln!("[{step}/{total}] top_k f32 n=2^{log_n} k=32 {label}");
+                let data = gpu.upload(&values).unwrap();
+                bench_top_k(&mut criterion, &gpu, &data, 32, label, floor_ms, &mut cases);
+            }
         }
     }
     criterion.final_summary();

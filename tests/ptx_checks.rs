@@ -41,16 +41,17 @@ fn every_table_kernel_is_exported_with_the_host_parameter_size() {
     use gpu_select_kernels::bandwidth::ReadFloorParams;
     use gpu_select_kernels::params::BlockSortParams;
     use gpu_select_kernels::probe::ProbeParams;
+    use gpu_select_kernels::topk::bitonic::TopKParams;
     for (arch, ptx) in [("sm_80", PTX_SM80), ("sm_90", PTX_SM90)] {
         assert!(ptx.contains(&format!(".target {arch}")), "{arch} PTX targets another architecture");
         for name in all_kernel_names() {
             let body = entry_body(ptx, name);
-            let size = if name.starts_with("block_sort_") {
-                size_of::<BlockSortParams<f32>>()
-            } else if name.starts_with("probe_") {
-                size_of::<ProbeParams>()
-            } else {
-                size_of::<ReadFloorParams>()
+            let size = match name {
+                _ if name.starts_with("block_sort_") => size_of::<BlockSortParams<f32>>(),
+                _ if name.starts_with("topk_bitonic_") => size_of::<TopKParams<f32>>(),
+                _ if name.starts_with("probe_") => size_of::<ProbeParams>(),
+                "read_floor_u32" => size_of::<ReadFloorParams>(),
+                _ => panic!("{name}: add its parameter struct to this test"),
             };
             assert!(
                 body.contains(&format!("{name}_param_0[{size}]")),
