@@ -140,10 +140,11 @@ fn check<K: TestKey>(gpu: &Gpu, data: &[K], k: usize, options: TopKOptions, cont
 /// (n, k) pairs at the edges: one key, warp and tile boundaries, k at 1, n − 1, n and at
 /// the register-run sizes ± 1.
 fn shapes(gpu: &Gpu) -> Vec<(usize, usize)> {
-    let mut shapes =
-        vec![(1, 1), (31, 31), (32, 1), (33, 32), (2047, 2046), (2048, 2048), (2049, 33), (4100, 256)];
+    let mut shapes = vec![(1, 1), (31, 31), (33, 32), (2048, 2048), (2049, 33), (4100, 256), (20_000, 40)];
     if !common::on_emulator(gpu) {
         shapes.extend([
+            (32, 1),
+            (2047, 2046),
             (65_537, 1),
             (65_537, 64),
             (65_537, 255),
@@ -218,6 +219,25 @@ fn bitonic_for_every_queue_size_and_small_inputs() {
                 let options = TopKOptions::new(order).with_algorithm(Algorithm::Bitonic);
                 check(&gpu, &data, k, options, &format!("bitonic n={n} k={k} {distribution:?} {order:?}"));
             }
+        }
+    }
+}
+
+#[test]
+fn pruned_passes_agree_with_the_oracle() {
+    // Inputs of 512 tiles and more are sampled first: the sample's k-th best bounds the main
+    // pass, and blocks tighten it with their own running k-th best. Distributions where
+    // the bound prunes almost everything (uniform, ascending) or nothing (all equal, where
+    // ties are broken by index) must give the oracle's answer.
+    let gpu = common::gpu();
+    let n = (1 << 20) + 12_345;
+    for (d, &distribution) in
+        [Distribution::Uniform, Distribution::Ascending, Distribution::AllEqual].iter().enumerate()
+    {
+        let data = generate::<f32>(n, distribution, 77 + d as u64);
+        for (k, order) in [(32, Order::Largest), (100, Order::Smallest)] {
+            let options = TopKOptions::new(order).with_algorithm(Algorithm::Bitonic);
+            check(&gpu, &data, k, options, &format!("pruned n={n} k={k} {distribution:?} {order:?}"));
         }
     }
 }

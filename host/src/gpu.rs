@@ -126,7 +126,7 @@ impl Gpu {
         let limits = DeviceLimits {
             name: "gpu-select emulator".to_string(),
             compute_capability: (9, 0),
-            multiprocessors: 4,
+            multiprocessors: 1,
             max_threads_per_block: emulator::MAX_BLOCK_THREADS,
             max_shared_bytes_per_block: emulator::MAX_SHARED_BYTES,
             l2_bytes: 0,

@@ -6,6 +6,12 @@ use gpu_select_kernels::topk::bitonic::{
     MAX_BITONIC_K, TOPK_THREADS, TOPK_TILE, TopKLayout, TopKParams, registers_for_k,
 };
 
+/// One sample tile per this many tiles of data feeds the pruning bound (0.8 % of the data).
+const SAMPLE_EVERY_TILES: u64 = 128;
+/// Inputs of fewer tiles than this are not sampled: the sample chain would cost more than
+/// it saves.
+const SAMPLE_MIN_TILES: u64 = 4 * SAMPLE_EVERY_TILES;
+
 use crate::buffer::DeviceBuffer;
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, LaunchShape};
@@ -68,43 +74,68 @@ const WORKSPACE_ALIGN: usize = 256;
 /// One reduction pass of the bitonic top-k.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Pass {
+    /// Inputs the pass may read (the data, or the previous pass's candidates).
     inputs: u64,
+    /// Tiles of 2048 it reduces, `tile_stride` tiles apart.
+    tiles: u64,
+    tile_stride: u64,
     blocks: u32,
 }
 
-/// The passes for `n` keys: the first over the data, each next one over the previous
-/// pass's `blocks · k` candidates, until one block is left.
-fn bitonic_passes(n: u64, k: u32, multiprocessors: u32) -> Vec<Pass> {
-    let mut passes = Vec::new();
-    let mut inputs = n;
-    let mut first = true;
-    loop {
-        // Every block gets at least one full tile, hence at least k ≤ 2048 real inputs.
-        let full_tiles = (inputs / TOPK_TILE).max(1);
-        let wanted = if first { full_tiles } else { inputs.div_ceil(TOPK_TILE * TILES_PER_BLOCK_LATER) };
-        let blocks = wanted.min(full_tiles).min((multiprocessors * BLOCKS_PER_SM) as u64).max(1) as u32;
-        passes.push(Pass { inputs, blocks });
-        if blocks == 1 {
-            return passes;
-        }
-        inputs = blocks as u64 * k as u64;
-        first = false;
+/// A chain of passes: the first over `tiles` tiles of the data (`tile_stride` apart), each
+/// next one over the previous pass's `blocks · k` candidates, until one block is left.
+fn chain(n: u64, tiles: u64, tile_stride: u64, k: u32, multiprocessors: u32) -> Vec<Pass> {
+    let most_blocks = (multiprocessors * BLOCKS_PER_SM) as u64;
+    let mut passes = vec![Pass { inputs: n, tiles, tile_stride, blocks: tiles.min(most_blocks) as u32 }];
+    while passes.last().unwrap().blocks > 1 {
+        let inputs = passes.last().unwrap().blocks as u64 * k as u64;
+        let tiles = inputs.div_ceil(TOPK_TILE);
+        let blocks = tiles.div_ceil(TILES_PER_BLOCK_LATER).min(most_blocks) as u32;
+        passes.push(Pass { inputs, tiles, tile_stride: 1, blocks });
+    }
+    passes
+}
+
+/// The plan of a bitonic top-k: an optional sample chain (whose result is the pruning
+/// bound) and the main chain over all the data.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct BitonicPlan {
+    sample: Option<Vec<Pass>>,
+    main: Vec<Pass>,
+}
+
+impl BitonicPlan {
+    fn new(n: u64, k: u32, multiprocessors: u32) -> Self {
+        let tiles = n.div_ceil(TOPK_TILE);
+        // Sample tiles lie evenly over the full tiles, so each holds 2048 real inputs.
+        let sample = (tiles >= SAMPLE_MIN_TILES).then(|| {
+            let full_tiles = n / TOPK_TILE;
+            let sample_tiles = full_tiles / SAMPLE_EVERY_TILES;
+            chain(n, sample_tiles, full_tiles / sample_tiles, k, multiprocessors)
+        });
+        Self { sample, main: chain(n, tiles, 1, k, multiprocessors) }
+    }
+
+    fn passes(&self) -> impl Iterator<Item = &Pass> {
+        self.sample.iter().flatten().chain(&self.main)
     }
 }
 
-/// Where the candidates of the intermediate passes live in a workspace: two ping-pong
-/// buffers of keys and indices. One function sizes and carves it, so the two cannot
-/// disagree.
+/// Where the bitonic top-k keeps its intermediate results in a workspace: two ping-pong
+/// buffers of candidates (keys and indices) and the sample's top k. One function sizes and
+/// carves it, so the two cannot disagree.
 #[derive(Clone, Copy, Debug)]
 struct BitonicWorkspace {
     keys: [usize; 2],
     indices: [usize; 2],
+    sample_keys: usize,
+    sample_indices: usize,
     bytes: usize,
 }
 
 impl BitonicWorkspace {
-    fn new(passes: &[Pass], k: u32, key_bytes: usize) -> Self {
-        let most = passes.iter().map(|pass| pass.blocks as usize * k as usize).max().unwrap_or(0);
+    fn new(plan: &BitonicPlan, k: u32, key_bytes: usize) -> Self {
+        let most = plan.passes().map(|pass| pass.blocks as usize * k as usize).max().unwrap_or(0);
         let mut offset = 0;
         let mut region = |bytes: usize| {
             let start = offset;
@@ -113,7 +144,9 @@ impl BitonicWorkspace {
         };
         let keys = [region(most * key_bytes), region(most * key_bytes)];
         let indices = [region(most * 8), region(most * 8)];
-        Self { keys, indices, bytes: offset }
+        let sample_keys = region(k as usize * key_bytes);
+        let sample_indices = region(k as usize * 8);
+        Self { keys, indices, sample_keys, sample_indices, bytes: offset }
     }
 }
 
@@ -170,7 +203,7 @@ impl Gpu {
         options: &TopKOptions,
     ) -> Result<usize> {
         match self.plan_top_k(n, k, options)? {
-            Plan::Bitonic(passes) => Ok(BitonicWorkspace::new(&passes, k as u32, size_of::<K>()).bytes),
+            Plan::Bitonic(plan) => Ok(BitonicWorkspace::new(&plan, k as u32, size_of::<K>()).bytes),
             Plan::BlockSort => Ok(0),
         }
     }
@@ -198,7 +231,7 @@ impl Gpu {
             }
         }
         match self.plan_top_k(data.len(), k, options)? {
-            Plan::Bitonic(passes) => self.run_bitonic(data, k as u32, options.order, &passes, workspace, out),
+            Plan::Bitonic(plan) => self.run_bitonic(data, k as u32, options.order, &plan, workspace, out),
             Plan::BlockSort => {
                 let mut sorted = crate::SortedSegments {
                     keys: self.alloc_zeroed::<K>(data.len())?,
@@ -223,7 +256,7 @@ impl Gpu {
         }
         let fits_block_sort = n <= crate::MAX_SMALL_SORT_LEN;
         let fits_bitonic = k <= MAX_BITONIC_K as usize && (n as u64) < (1u64 << 32);
-        let bitonic = || Plan::Bitonic(bitonic_passes(n as u64, k as u32, self.limits().multiprocessors));
+        let bitonic = || Plan::Bitonic(BitonicPlan::new(n as u64, k as u32, self.limits().multiprocessors));
         match options.algorithm {
             Algorithm::Auto if fits_block_sort => Ok(Plan::BlockSort),
             Algorithm::Auto | Algorithm::Bitonic if fits_bitonic => Ok(bitonic()),
@@ -246,11 +279,11 @@ impl Gpu {
         data: &DeviceBuffer<K>,
         k: u32,
         order: Order,
-        passes: &[Pass],
+        plan: &BitonicPlan,
         workspace: &mut DeviceBuffer<u8>,
         out: &mut TopK<K>,
     ) -> Result<()> {
-        let layout = BitonicWorkspace::new(passes, k, size_of::<K>());
+        let layout = BitonicWorkspace::new(plan, k, size_of::<K>());
         if workspace.len() < layout.bytes {
             return Err(Error::LengthMismatch {
                 what: "top-k workspace bytes (at least)",
@@ -259,46 +292,64 @@ impl Gpu {
             });
         }
         let base = workspace.global_ptr().address();
-        let q = registers_for_k(k);
-        let (kernel, shared_bytes): (KernelId<TopKParams<K>>, usize) = match q {
+        let at = |offset: usize| base + offset as u64;
+        let (kernel, shared_bytes): (KernelId<TopKParams<K>>, usize) = match registers_for_k(k) {
             1 => (K::TOPK_BITONIC_Q1, TopKLayout::<K::Bits>::new(1).bytes),
             2 => (K::TOPK_BITONIC_Q2, TopKLayout::<K::Bits>::new(2).bytes),
             4 => (K::TOPK_BITONIC_Q4, TopKLayout::<K::Bits>::new(4).bytes),
             _ => (K::TOPK_BITONIC_Q8, TopKLayout::<K::Bits>::new(8).bytes),
         };
-        let mut keys_in = data.global_ptr();
-        let mut indices_in = GlobalPtr::null();
-        for (i, pass) in passes.iter().enumerate() {
-            let last = i + 1 == passes.len();
-            let (keys_out, indices_out) = if last {
-                (out.values.global_ptr(), out.indices.global_ptr())
-            } else {
-                (
-                    GlobalPtr::from_address(base + layout.keys[i % 2] as u64),
-                    GlobalPtr::from_address(base + layout.indices[i % 2] as u64),
-                )
-            };
-            let params = TopKParams {
-                keys_in,
-                indices_in,
-                original_keys: data.global_ptr(),
-                keys_out,
-                indices_out,
-                len: pass.inputs,
-                k,
-                order: order.to_raw(),
-            };
-            let shape = LaunchShape { grid: (pass.blocks, 1), block_threads: TOPK_THREADS, shared_bytes };
-            self.launch(kernel, shape, params)?;
-            keys_in = keys_out;
-            indices_in = indices_out;
-        }
-        Ok(())
+        // A chain's last pass writes `final_keys`/`final_indices`; the others ping-pong
+        // through the workspace.
+        let run_chain = |passes: &[Pass], prune: Option<(u64, u64)>, final_keys: u64, final_indices: u64| {
+            let mut keys_in = data.global_ptr();
+            let mut indices_in = GlobalPtr::null();
+            for (i, pass) in passes.iter().enumerate() {
+                let (keys_out, indices_out) = if i + 1 == passes.len() {
+                    (final_keys, final_indices)
+                } else {
+                    (at(layout.keys[i % 2]), at(layout.indices[i % 2]))
+                };
+                let (prune_key, prune_index) = match (i, prune) {
+                    (0, Some((key, index))) => (GlobalPtr::from_address(key), GlobalPtr::from_address(index)),
+                    _ => (GlobalPtr::null(), GlobalPtr::null()),
+                };
+                let params = TopKParams {
+                    keys_in,
+                    indices_in,
+                    original_keys: data.global_ptr(),
+                    keys_out: GlobalPtr::from_address(keys_out),
+                    indices_out: GlobalPtr::from_address(indices_out),
+                    len: pass.inputs,
+                    tiles: pass.tiles,
+                    tile_stride: pass.tile_stride,
+                    prune_key,
+                    prune_index,
+                    k,
+                    order: order.to_raw(),
+                };
+                let shape = LaunchShape { grid: (pass.blocks, 1), block_threads: TOPK_THREADS, shared_bytes };
+                self.launch(kernel, shape, params)?;
+                keys_in = GlobalPtr::from_address(keys_out);
+                indices_in = GlobalPtr::from_address(indices_out);
+            }
+            Ok::<(), Error>(())
+        };
+        let prune = match &plan.sample {
+            Some(sample) => {
+                run_chain(sample, None, at(layout.sample_keys), at(layout.sample_indices))?;
+                // The sample's k-th best: the last of its sorted top k.
+                let last = (k as u64 - 1) * size_of::<K>() as u64;
+                Some((at(layout.sample_keys) + last, at(layout.sample_indices) + (k as u64 - 1) * 8))
+            }
+            None => None,
+        };
+        run_chain(&plan.main, prune, out.values.global_ptr().address(), out.indices.global_ptr().address())
     }
 }
 
 enum Plan {
-    Bitonic(Vec<Pass>),
+    Bitonic(BitonicPlan),
     BlockSort,
 }
 
@@ -307,26 +358,43 @@ mod tests {
     use super::*;
 
     #[test]
-    fn passes_shrink_to_one_block_and_every_block_gets_a_full_tile() {
-        for (n, k) in [(1u64 << 28, 32u32), (1 << 28, 256), (3000, 256), (2049, 1), (1 << 20, 100)] {
-            let passes = bitonic_passes(n, k, 132);
-            assert_eq!(passes.last().unwrap().blocks, 1, "{n} {k}");
-            for pass in &passes {
-                assert!(pass.inputs / TOPK_TILE >= pass.blocks as u64 || pass.blocks == 1);
-                assert!(pass.inputs >= k as u64);
+    fn chains_shrink_to_one_block_and_samples_are_full_tiles() {
+        for (n, k) in
+            [(1u64 << 28, 32u32), (1 << 28, 256), (3000, 256), (2049, 1), (1 << 20, 100), (1 << 21, 7)]
+        {
+            let plan = BitonicPlan::new(n, k, 132);
+            for chain in plan.sample.iter().chain(std::iter::once(&plan.main)) {
+                assert_eq!(chain.last().unwrap().blocks, 1, "{n} {k}");
+                assert!(chain.len() <= 4, "{n} {k}: {chain:?}");
+                for pass in chain {
+                    assert!(pass.blocks as u64 <= pass.tiles && pass.inputs >= k as u64, "{n} {k}: {pass:?}");
+                }
             }
-            assert!(passes.len() <= 4, "{n} {k}: {passes:?}");
+            if let Some(sample) = &plan.sample {
+                let first = sample[0];
+                let last_tile_end = ((first.tiles - 1) * first.tile_stride + 1) * TOPK_TILE;
+                assert!(last_tile_end <= n, "sample tiles must be full: {first:?}");
+            }
         }
+        assert!(BitonicPlan::new(1 << 20, 32, 132).sample.is_some());
+        assert!(BitonicPlan::new(1 << 19, 32, 132).sample.is_none());
     }
 
     #[test]
     fn workspace_regions_are_aligned_and_disjoint() {
-        let passes = bitonic_passes(1 << 24, 100, 132);
-        let layout = BitonicWorkspace::new(&passes, 100, 4);
-        let mut starts = [layout.keys[0], layout.keys[1], layout.indices[0], layout.indices[1]];
+        let plan = BitonicPlan::new(1 << 24, 100, 132);
+        let layout = BitonicWorkspace::new(&plan, 100, 4);
+        let mut starts = [
+            layout.keys[0],
+            layout.keys[1],
+            layout.indices[0],
+            layout.indices[1],
+            layout.sample_keys,
+            layout.sample_indices,
+        ];
         starts.sort_unstable();
         assert!(starts.iter().all(|start| start % WORKSPACE_ALIGN == 0));
         assert!(starts.windows(2).all(|pair| pair[0] < pair[1]));
-        assert!(layout.bytes >= starts[3] + 100 * 8);
+        assert!(layout.bytes >= starts[5] + 100 * 8);
     }
 }

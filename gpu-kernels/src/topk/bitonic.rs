@@ -20,11 +20,23 @@
 //! leaves `b·k` candidates for the next one. Keys are written by gathering from the
 //! original data at the winning index, so NaN payloads and `-0.0` survive bit for bit.
 //!
+//! **Pruning** (an addition to the paper, which keeps its data-independent network): a
+//! block holds a *bound*, a pair that at least `k` inputs are no worse than: the `k`-th best
+//! of a sample of the data (computed by an earlier chain of passes over sample tiles, and
+//! passed in `prune_key` / `prune_index`), tightened by the block's own running `k`-th best.
+//! Inputs beyond the bound cannot be in the top `k`; a tile with no input inside the bound
+//! is read and compared, nothing more (one block-wide vote). On most distributions almost
+//! every tile takes that path, so the pass runs near the speed of a plain read.
+//!
+//! A block that saw fewer than `k` inputs inside the bound writes padding: index
+//! [`NO_INDEX`], which the next pass skips.
+//!
 //! Positions are 32-bit: the kernel takes inputs of fewer than 2^32 elements.
 
 use crate::device::{self, SharedLayout, SharedRegion};
 use crate::key::{Key, OrderedBits};
 use crate::params::{GlobalPtr, Order};
+use crate::thread::pair_after;
 use crate::warp::bitonic::{WarpPairs, fold_sorted_runs, reduce_runs, sort_runs};
 
 /// Threads per block.
@@ -37,6 +49,8 @@ const PAIRS_PER_THREAD: usize = 8;
 const WARPS: usize = (TOPK_THREADS / 32) as usize;
 /// The largest `k` of the register path (`32·Q` with `Q = 8`).
 pub const MAX_BITONIC_K: u32 = 256;
+/// The index a block writes for a padding result (it saw fewer than `k` candidates).
+pub const NO_INDEX: u64 = u64::MAX;
 
 /// Parameters of `topk_bitonic_q<Q>_<key>`.
 #[repr(C)]
@@ -52,21 +66,37 @@ pub struct TopKParams<K> {
     pub keys_out: GlobalPtr<K>,
     /// Their indices in the original data.
     pub indices_out: GlobalPtr<u64>,
-    /// Number of inputs (below 2^32).
+    /// Number of inputs (below 2^32): no input at or past it is read.
     pub len: u64,
+    /// Tiles the grid reduces (grid-stride over them).
+    pub tiles: u64,
+    /// Tile `t` covers inputs `t·tile_stride·2048 ..+2048`: 1 for all the data, more to
+    /// read evenly spaced sample tiles.
+    pub tile_stride: u64,
+    /// The key of the pruning bound (the `k`-th best of a sample), or null for none.
+    pub prune_key: GlobalPtr<K>,
+    /// The index of the pruning bound (read when `prune_key` is not null).
+    pub prune_index: GlobalPtr<u64>,
     /// How many to keep, 1 to `32·Q`.
     pub k: u32,
     /// [`Order::to_raw`].
     pub order: u32,
 }
 
-/// The shared memory of the kernel: one run of `k' = 32·Q` pairs per warp.
+/// The shared memory of the kernel: one run of `k' = 32·Q` pairs per warp, the warps'
+/// votes (two sets, alternating by tile) and the block's pruning bound.
 #[derive(Clone, Copy, Debug)]
 pub struct TopKLayout<B> {
     /// Encoded keys of each warp's run.
     pub bits: SharedRegion<B>,
     /// Their positions.
     pub positions: SharedRegion<u32>,
+    /// Whether each warp has an input inside the bound, for even and odd tiles.
+    pub votes: SharedRegion<u32>,
+    /// The bound's encoded key.
+    pub bound_bits: SharedRegion<B>,
+    /// The bound's position.
+    pub bound_position: SharedRegion<u32>,
     /// Bytes to ask for at launch.
     pub bytes: usize,
 }
@@ -76,7 +106,10 @@ impl<B> TopKLayout<B> {
     pub const fn new(q: usize) -> Self {
         let (layout, bits) = SharedLayout::new().push::<B>(WARPS * 32 * q);
         let (layout, positions) = layout.push::<u32>(WARPS * 32 * q);
-        Self { bits, positions, bytes: layout.bytes() }
+        let (layout, votes) = layout.push::<u32>(2 * WARPS);
+        let (layout, bound_bits) = layout.push::<B>(1);
+        let (layout, bound_position) = layout.push::<u32>(1);
+        Self { bits, positions, votes, bound_bits, bound_position, bytes: layout.bytes() }
     }
 }
 
@@ -99,13 +132,13 @@ unsafe fn load_tile<K: Key>(
     for r in 0..PAIRS_PER_THREAD {
         let i = first + r as u64 * 32;
         if i < params.len {
-            let ordered = unsafe { params.keys_in.read(i) }.to_ordered();
-            pairs.bits[r] = if largest { ordered.complement() } else { ordered };
-            pairs.positions[r] = if params.indices_in.is_null() {
-                i as u32
-            } else {
-                (unsafe { params.indices_in.read(i) }) as u32
-            };
+            let index = if params.indices_in.is_null() { i } else { unsafe { params.indices_in.read(i) } };
+            // Padding from an earlier pass stays padding.
+            if index != NO_INDEX {
+                let ordered = unsafe { params.keys_in.read(i) }.to_ordered();
+                pairs.bits[r] = if largest { ordered.complement() } else { ordered };
+                pairs.positions[r] = index as u32;
+            }
         }
     }
     pairs
@@ -120,16 +153,61 @@ pub unsafe fn reduce<K: Key, const Q: usize>(params: TopKParams<K>) {
     let largest = Order::from_raw(params.order) == Order::Largest;
     let warp = device::warp_id() as usize;
     let lane = device::lane_id() as usize;
+    let thread = device::thread_idx_x() as usize;
     let layout = TopKLayout::<K::Bits>::new(Q);
     let (shared_bits, shared_positions) = unsafe { (layout.bits.bind(), layout.positions.bind()) };
+    let (votes, bound_bits, bound_position) =
+        unsafe { (layout.votes.bind(), layout.bound_bits.bind(), layout.bound_position.bind()) };
     let run = 32 * Q;
-    let tiles = params.len.div_ceil(TOPK_TILE);
     let mut best = WarpPairs::<K::Bits, Q>::padding();
 
+    // The bound starts at the sample's k-th best, or at "everything passes".
+    if thread == 0 {
+        let (bits, position) = if params.prune_key.is_null() {
+            (K::Bits::MAX, u32::MAX)
+        } else {
+            let ordered = unsafe { params.prune_key.read(0) }.to_ordered();
+            let bits = if largest { ordered.complement() } else { ordered };
+            (bits, unsafe { params.prune_index.read(0) } as u32)
+        };
+        unsafe {
+            bound_bits.store(0, bits);
+            bound_position.store(0, position);
+        }
+    }
+    unsafe { device::sync_threads() };
+
     let mut tile = device::block_idx_x() as u64;
-    while tile < tiles {
-        let pairs = unsafe { load_tile(&params, tile * TOPK_TILE, largest) };
-        let mut sorted = pairs;
+    let mut parity = 0;
+    while tile < params.tiles {
+        let mut sorted = unsafe { load_tile(&params, tile * params.tile_stride * TOPK_TILE, largest) };
+        tile += device::grid_dim_x() as u64;
+
+        // Prune: inputs beyond the bound become padding; vote on whether any is left.
+        let (limit_bits, limit_position) = unsafe { (bound_bits.load(0), bound_position.load(0)) };
+        let mut inside = false;
+        for r in 0..PAIRS_PER_THREAD {
+            if pair_after(sorted.bits[r], sorted.positions[r], limit_bits, limit_position) {
+                sorted.bits[r] = K::Bits::MAX;
+                sorted.positions[r] = u32::MAX;
+            } else {
+                inside = true;
+            }
+        }
+        let warp_inside = unsafe { device::ballot(device::FULL_WARP, inside) } != 0;
+        if lane == 0 {
+            unsafe { votes.store(parity * WARPS + warp, warp_inside as u32) };
+        }
+        unsafe { device::sync_threads() };
+        let mut any_inside = false;
+        for w in 0..WARPS {
+            any_inside |= unsafe { votes.load(parity * WARPS + w) } != 0;
+        }
+        parity ^= 1;
+        if !any_inside {
+            continue;
+        }
+
         unsafe { sort_runs(&mut sorted, 0, run) };
         let mut warp_best = unsafe { reduce_runs::<K::Bits, PAIRS_PER_THREAD, Q>(&sorted) };
 
@@ -163,21 +241,40 @@ pub unsafe fn reduce<K: Key, const Q: usize>(params: TopKParams<K>) {
         }
         if warp == 0 {
             unsafe { fold_sorted_runs(&mut best, &warp_best) };
+            // The block's k-th best so far bounds the rest, once it beats the bound.
+            let kth = params.k as usize - 1;
+            let (mut kth_bits, mut kth_position) = (K::Bits::MAX, u32::MAX);
+            for q in 0..Q {
+                if q == kth / 32 {
+                    (kth_bits, kth_position) = (best.bits[q], best.positions[q]);
+                }
+            }
+            if lane == kth % 32 && !pair_after(kth_bits, kth_position, limit_bits, limit_position) {
+                unsafe {
+                    bound_bits.store(0, kth_bits);
+                    bound_position.store(0, kth_position);
+                }
+            }
         }
-        tile += device::grid_dim_x() as u64;
+        unsafe { device::sync_threads() }; // the new bound is visible to the next tile
     }
 
     if warp == 0 {
         let out_start = device::block_idx_x() as u64 * params.k as u64;
         for q in 0..Q {
             let rank = q * 32 + lane;
-            // Padding (MAX bits, position u32::MAX) only reaches the output when the block
-            // saw fewer than k inputs, which the host never launches.
             if rank < params.k as usize {
-                let index = best.positions[q] as u64;
+                let out = out_start + rank as u64;
+                let position = best.positions[q];
+                // Padding: the block saw fewer than k inputs inside the bound.
+                let (key, index) = if position == u32::MAX {
+                    (K::default(), NO_INDEX)
+                } else {
+                    (unsafe { params.original_keys.read(position as u64) }, position as u64)
+                };
                 unsafe {
-                    params.keys_out.write(out_start + rank as u64, params.original_keys.read(index));
-                    params.indices_out.write(out_start + rank as u64, index);
+                    params.keys_out.write(out, key);
+                    params.indices_out.write(out, index);
                 }
             }
         }
@@ -211,4 +308,59 @@ pub unsafe fn reduce_q4<K: Key>(params: TopKParams<K>) {
 /// As [`reduce`].
 pub unsafe fn reduce_q8<K: Key>(params: TopKParams<K>) {
     unsafe { reduce::<K, 8>(params) }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use std::vec::Vec;
+
+    use super::*;
+    use crate::device::emulator::{LaunchConfig, launch};
+
+    /// Runs one pass over `keys` (with `indices`, `NO_INDEX` for padding) on one block.
+    fn one_pass(keys: &[u32], indices: &[u64], k: u32) -> Vec<u64> {
+        let mut keys_out = std::vec![0u32; k as usize];
+        let mut indices_out = std::vec![0u64; k as usize];
+        let original: Vec<u32> = (0..4096).collect();
+        let params = TopKParams {
+            keys_in: GlobalPtr::from_address(keys.as_ptr() as u64),
+            indices_in: GlobalPtr::from_address(indices.as_ptr() as u64),
+            original_keys: GlobalPtr::from_address(original.as_ptr() as u64),
+            keys_out: GlobalPtr::from_address(keys_out.as_mut_ptr() as u64),
+            indices_out: GlobalPtr::from_address(indices_out.as_mut_ptr() as u64),
+            len: keys.len() as u64,
+            tiles: 1,
+            tile_stride: 1,
+            prune_key: GlobalPtr::null(),
+            prune_index: GlobalPtr::null(),
+            k,
+            order: Order::Smallest.to_raw(),
+        };
+        let config = LaunchConfig {
+            grid: (1, 1),
+            block_threads: TOPK_THREADS,
+            shared_bytes: TopKLayout::<u32>::new(2).bytes,
+        };
+        launch(&config, &|| unsafe { reduce::<u32, 2>(params) }).unwrap();
+        indices_out
+    }
+
+    #[test]
+    fn padding_inputs_never_win() {
+        let keys: Vec<u32> = (0..66).map(|i| if i < 34 { i * 10 } else { 0 }).collect();
+        let indices: Vec<u64> = (0..66).map(|i| if i < 34 { i as u64 * 10 } else { NO_INDEX }).collect();
+        let got = one_pass(&keys, &indices, 33);
+        assert_eq!(got, (0..33).map(|i| i * 10).collect::<Vec<u64>>());
+    }
+
+    #[test]
+    fn all_real_inputs_in_any_order() {
+        let keys: Vec<u32> = (0..66).map(|i| i * 10).collect();
+        let indices: Vec<u64> = (0..66).map(|i| i as u64 * 10).collect();
+        assert_eq!(one_pass(&keys, &indices, 33), (0..33).map(|i| i * 10).collect::<Vec<u64>>());
+        let keys: Vec<u32> = (0..66).map(|i| 1000 - i * 10).collect();
+        let indices: Vec<u64> = (0..66).map(|i| i as u64).collect();
+        assert_eq!(one_pass(&keys, &indices, 33), (33..66).rev().collect::<Vec<u64>>());
+    }
 }
