@@ -58,19 +58,13 @@ fn uniform_f32(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
-/// Median read-floor time for a buffer of `bytes` bytes.
-fn read_floor(criterion: &mut Criterion, gpu: &Gpu, buffer: &DeviceBuffer<f32>, label: &str) -> f64 {
+/// Median read-floor time for `buffer`, timed directly (not through criterion, so that a
+/// filter on the command line never leaves a case without its floor).
+fn read_floor(gpu: &Gpu, buffer: &DeviceBuffer<f32>) -> f64 {
     let mut scratch = gpu.alloc_zeroed::<u32>(1).unwrap();
     gpu.read_pass(buffer, &mut scratch).unwrap();
     let mut samples = Samples::default();
-    let mut group = criterion.benchmark_group("read_floor");
-    group.throughput(Throughput::Bytes(buffer.bytes() as u64));
-    group.bench_function(BenchmarkId::from_parameter(label), |b| {
-        b.iter_custom(|iterations| {
-            timed(gpu, &mut samples, iterations, || gpu.queue_read_pass(buffer, &scratch))
-        })
-    });
-    group.finish();
+    timed(gpu, &mut samples, 50, || gpu.queue_read_pass(buffer, &scratch));
     samples.median()
 }
 
@@ -266,7 +260,7 @@ fn main() {
         let keys = gpu.upload(&uniform_f32(n, log_n as u64)).unwrap();
         step += 1;
         eprintln!("[{step}/{total}] read floor n=2^{log_n}");
-        let floor_ms = read_floor(&mut criterion, &gpu, &keys, &format!("f32 n=2^{log_n}"));
+        let floor_ms = read_floor(&gpu, &keys);
         cases.push(Case {
             group: "read_floor",
             name: format!("f32 n=2^{log_n}"),

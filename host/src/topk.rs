@@ -64,8 +64,18 @@ pub struct TopK<K> {
     pub indices: DeviceBuffer<u64>,
 }
 
-/// Blocks per multiprocessor of the first pass.
+/// Blocks per multiprocessor of the first pass, unless [`BLOCKS_PER_SM_ENV`] says otherwise.
 const BLOCKS_PER_SM: u32 = 4;
+/// Environment variable that overrides [`BLOCKS_PER_SM`] (for tuning sweeps).
+pub const BLOCKS_PER_SM_ENV: &str = "GPU_SELECT_TOPK_BLOCKS_PER_SM";
+
+fn blocks_per_sm() -> u32 {
+    std::env::var(BLOCKS_PER_SM_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&b| b > 0)
+        .unwrap_or(BLOCKS_PER_SM)
+}
 /// Tiles a block of a later pass reduces, so that each pass shrinks the candidates a lot.
 const TILES_PER_BLOCK_LATER: u64 = 8;
 /// Workspace regions start on this boundary (as CUB's temporary storage does).
@@ -85,7 +95,7 @@ struct Pass {
 /// A chain of passes: the first over `tiles` tiles of the data (`tile_stride` apart), each
 /// next one over the previous pass's `blocks · k` candidates, until one block is left.
 fn chain(n: u64, tiles: u64, tile_stride: u64, k: u32, multiprocessors: u32) -> Vec<Pass> {
-    let most_blocks = (multiprocessors * BLOCKS_PER_SM) as u64;
+    let most_blocks = (multiprocessors * blocks_per_sm()) as u64;
     let mut passes = vec![Pass { inputs: n, tiles, tile_stride, blocks: tiles.min(most_blocks) as u32 }];
     while passes.last().unwrap().blocks > 1 {
         let inputs = passes.last().unwrap().blocks as u64 * k as u64;

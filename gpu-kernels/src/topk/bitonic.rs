@@ -119,26 +119,53 @@ pub const fn registers_for_k(k: u32) -> u32 {
     if padded < 32 { 1 } else { padded / 32 }
 }
 
-/// Loads one tile's pairs into registers: element `tile_start + 256·warp + 32·r + lane`
-/// lands in register `r` (coalesced: each register load is 32 consecutive keys per warp).
+/// One tile's inputs as loaded, before encoding: 8 keys and their indices per thread.
+#[derive(Clone, Copy)]
+struct RawTile<K> {
+    keys: [K; PAIRS_PER_THREAD],
+    indices: [u64; PAIRS_PER_THREAD],
+}
+
+/// Issues the loads of one tile: input `tile_start + 256·warp + 32·r + lane` for register
+/// `r` (each register load is 32 consecutive keys per warp). Addresses are clamped into
+/// the input instead of branched around, so all loads issue back to back and nothing
+/// waits for them until [`encode_tile`] runs, one tile later.
 #[inline(always)]
-unsafe fn load_tile<K: Key>(
+unsafe fn fetch_tile<K: Key>(params: &TopKParams<K>, tile_start: u64) -> RawTile<K> {
+    let first = tile_start + device::warp_id() as u64 * 256 + device::lane_id() as u64;
+    let last = params.len - 1;
+    let mut raw = RawTile { keys: [K::default(); PAIRS_PER_THREAD], indices: [0; PAIRS_PER_THREAD] };
+    for r in 0..PAIRS_PER_THREAD {
+        raw.keys[r] = unsafe { params.keys_in.read((first + r as u64 * 32).min(last)) };
+    }
+    if params.indices_in.is_null() {
+        for r in 0..PAIRS_PER_THREAD {
+            raw.indices[r] = first + r as u64 * 32;
+        }
+    } else {
+        for r in 0..PAIRS_PER_THREAD {
+            raw.indices[r] = unsafe { params.indices_in.read((first + r as u64 * 32).min(last)) };
+        }
+    }
+    raw
+}
+
+/// Encodes a fetched tile: ordered bits (complemented for "largest") and positions;
+/// inputs past the end and padding from an earlier pass become padding.
+#[inline(always)]
+fn encode_tile<K: Key>(
     params: &TopKParams<K>,
+    raw: &RawTile<K>,
     tile_start: u64,
     largest: bool,
 ) -> WarpPairs<K::Bits, PAIRS_PER_THREAD> {
-    let mut pairs = WarpPairs::<K::Bits, PAIRS_PER_THREAD>::padding();
     let first = tile_start + device::warp_id() as u64 * 256 + device::lane_id() as u64;
+    let mut pairs = WarpPairs::<K::Bits, PAIRS_PER_THREAD>::padding();
     for r in 0..PAIRS_PER_THREAD {
-        let i = first + r as u64 * 32;
-        if i < params.len {
-            let index = if params.indices_in.is_null() { i } else { unsafe { params.indices_in.read(i) } };
-            // Padding from an earlier pass stays padding.
-            if index != NO_INDEX {
-                let ordered = unsafe { params.keys_in.read(i) }.to_ordered();
-                pairs.bits[r] = if largest { ordered.complement() } else { ordered };
-                pairs.positions[r] = index as u32;
-            }
+        if first + (r as u64) * 32 < params.len && raw.indices[r] != NO_INDEX {
+            let ordered = raw.keys[r].to_ordered();
+            pairs.bits[r] = if largest { ordered.complement() } else { ordered };
+            pairs.positions[r] = raw.indices[r] as u32;
         }
     }
     pairs
@@ -177,11 +204,20 @@ pub unsafe fn reduce<K: Key, const Q: usize>(params: TopKParams<K>) {
     }
     unsafe { device::sync_threads() };
 
+    let tile_start = |tile: u64| tile * params.tile_stride * TOPK_TILE;
     let mut tile = device::block_idx_x() as u64;
     let mut parity = 0;
+    // Tile t + 1 is fetched before tile t is encoded and voted on, so its loads are in
+    // flight while this tile is processed (most tiles need nothing but the vote).
+    let mut next = unsafe { fetch_tile(&params, tile_start(tile)) };
     while tile < params.tiles {
-        let mut sorted = unsafe { load_tile(&params, tile * params.tile_stride * TOPK_TILE, largest) };
+        let current = next;
+        let current_start = tile_start(tile);
         tile += device::grid_dim_x() as u64;
+        if tile < params.tiles {
+            next = unsafe { fetch_tile(&params, tile_start(tile)) };
+        }
+        let mut sorted = encode_tile(&params, &current, current_start, largest);
 
         // Prune: inputs beyond the bound become padding; vote on whether any is left.
         let (limit_bits, limit_position) = unsafe { (bound_bits.load(0), bound_position.load(0)) };
