@@ -1,11 +1,11 @@
 //! GPU selection in Rust: order statistics of data on an NVIDIA GPU, with kernels written
 //! in Rust (`gpu-select-kernels`, compiled to PTX) and launched through `cust`.
 //!
-//! This release holds the foundation: the [`Gpu`] handle (a CUDA device, or the
-//! [emulator](Gpu::emulator) that runs the same kernel code on CPU threads), typed
-//! [`DeviceBuffer`]s, the first kernel through the whole pipe (a block bitonic sort,
-//! [`Gpu::sort_segments`]), the read floor every benchmark compares with
-//! ([`Gpu::read_pass`]) and the CPU [`reference`] implementations that the tests use as the
+//! What is here: the [`Gpu`] handle (a CUDA device, or the [emulator](Gpu::emulator) that
+//! runs the same kernel code on CPU threads), typed [`DeviceBuffer`]s, top-k
+//! ([`Gpu::top_k`], see [`Algorithm`]), a block bitonic sort of small segments
+//! ([`Gpu::sort_segments`]), the read floor every benchmark compares with
+//! ([`Gpu::read_pass`]) and the CPU [`reference`] implementations the tests use as the
 //! oracle.
 //!
 //! ```
