@@ -25,6 +25,28 @@ pub fn ptx_file_name(arch: &str) -> String {
     format!("gpu_select_kernels.{arch}.ptx")
 }
 
+/// Where `ptxas` is: `$PTXAS`, the `PATH`, `/usr/local/cuda/bin`, or the pip package
+/// `nvidia-cuda-nvcc-cu12` (which `./setup.sh` installs).
+#[allow(dead_code)] // the host build script does not assemble; xtask and the tests do
+pub fn find_ptxas() -> Option<PathBuf> {
+    if let Ok(path) = std::env::var("PTXAS") {
+        return Some(PathBuf::from(path));
+    }
+    if Command::new("ptxas").arg("--version").output().is_ok_and(|o| o.status.success()) {
+        return Some(PathBuf::from("ptxas"));
+    }
+    let cuda = PathBuf::from("/usr/local/cuda/bin/ptxas");
+    if cuda.is_file() {
+        return Some(cuda);
+    }
+    let output = Command::new("python3")
+        .args(["-c", "import nvidia.cuda_nvcc, os; print(os.path.join(list(nvidia.cuda_nvcc.__path__)[0], 'bin', 'ptxas'))"])
+        .output()
+        .ok()?;
+    let path = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
+    path.is_file().then_some(path)
+}
+
 /// Environment the outer cargo sets that must not leak into the nested PTX build: host
 /// flags (coverage, sanitizers, linkers) mean nothing for nvptx64, and a wrapper such as
 /// clippy-driver cannot build for it.

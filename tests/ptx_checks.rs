@@ -6,8 +6,11 @@
 //! `nvidia-cuda-nvcc-cu12` (which `./x setup` installs). Without it the ptxas test fails:
 //! a skipped check must not read as a pass.
 
-use std::path::PathBuf;
 use std::process::Command;
+
+#[path = "../host/build_ptx.rs"]
+#[allow(dead_code)]
+mod build_ptx;
 
 use gpu_select::{PTX_SM80, PTX_SM90};
 use gpu_select_kernels::entry::{KernelKey, PLAIN_KERNEL_NAMES};
@@ -88,29 +91,9 @@ fn the_intended_instructions_are_emitted() {
     assert!(read.contains("ld.global.v4") || read.contains("ld.v4"), "the read pass uses 16-byte loads");
 }
 
-fn find_ptxas() -> Option<PathBuf> {
-    if let Ok(path) = std::env::var("PTXAS") {
-        return Some(PathBuf::from(path));
-    }
-    let on_path = Command::new("ptxas").arg("--version").output().is_ok_and(|o| o.status.success());
-    if on_path {
-        return Some(PathBuf::from("ptxas"));
-    }
-    let cuda = PathBuf::from("/usr/local/cuda/bin/ptxas");
-    if cuda.is_file() {
-        return Some(cuda);
-    }
-    let output = Command::new("python3")
-        .args(["-c", "import nvidia.cuda_nvcc, os; print(os.path.join(list(nvidia.cuda_nvcc.__path__)[0], 'bin', 'ptxas'))"])
-        .output()
-        .ok()?;
-    let path = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
-    path.is_file().then_some(path)
-}
-
 #[test]
 fn ptxas_assembles_both_flavours_without_spills() {
-    let ptxas = find_ptxas().expect(
+    let ptxas = build_ptx::find_ptxas().expect(
         "ptxas not found: set PTXAS, or install it with `pip install nvidia-cuda-nvcc-cu12` (`./x setup` does)",
     );
     let dir = std::env::temp_dir().join(format!("gpu-select-ptx-{}", std::process::id()));

@@ -6,71 +6,8 @@
 
 mod common;
 
-use common::SplitMix;
-use gpu_select::{Algorithm, Error, Gpu, Order, SelectKey, TopKOptions, reference};
-
-/// How the tests make and compare keys of each type.
-trait TestKey: SelectKey {
-    fn random(bits: u64) -> Self;
-    fn from_rank(rank: i64) -> Self;
-    fn specials() -> Vec<Self>;
-    fn exact(self) -> u64;
-}
-
-macro_rules! float_test_key {
-    ($t:ty) => {
-        impl TestKey for $t {
-            fn random(bits: u64) -> Self {
-                ((bits >> 11) as f64 / (1u64 << 53) as f64) as $t
-            }
-            fn from_rank(rank: i64) -> Self {
-                rank as $t * 0.25
-            }
-            fn specials() -> Vec<Self> {
-                vec![
-                    <$t>::NEG_INFINITY,
-                    <$t>::INFINITY,
-                    <$t>::NAN,
-                    -<$t>::NAN,
-                    0.0,
-                    -0.0,
-                    <$t>::from_bits(1),
-                    -<$t>::from_bits(2),
-                    <$t>::MAX,
-                    <$t>::MIN,
-                ]
-            }
-            fn exact(self) -> u64 {
-                self.to_bits() as u64
-            }
-        }
-    };
-}
-float_test_key!(f32);
-float_test_key!(f64);
-
-macro_rules! int_test_key {
-    ($t:ty) => {
-        impl TestKey for $t {
-            fn random(bits: u64) -> Self {
-                bits as $t
-            }
-            fn from_rank(rank: i64) -> Self {
-                (rank + 1_000) as $t
-            }
-            fn specials() -> Vec<Self> {
-                vec![<$t>::MIN, <$t>::MAX, 0 as $t, 1 as $t]
-            }
-            fn exact(self) -> u64 {
-                self as u64
-            }
-        }
-    };
-}
-int_test_key!(i32);
-int_test_key!(u32);
-int_test_key!(i64);
-int_test_key!(u64);
+use common::{SplitMix, TestKey};
+use gpu_select::{Algorithm, Error, Gpu, Order, TopKOptions, reference};
 
 #[derive(Clone, Copy, Debug)]
 enum Distribution {

@@ -5,7 +5,7 @@
 use std::io::Write;
 use std::sync::Once;
 
-use gpu_select::{BackendKind, Gpu};
+use gpu_select::{BackendKind, Gpu, SelectKey};
 
 static ANNOUNCE: Once = Once::new();
 
@@ -37,3 +37,75 @@ impl SplitMix {
         z ^ (z >> 31)
     }
 }
+
+/// How the tests make and compare keys of each type.
+pub trait TestKey: SelectKey {
+    /// A key from 64 random bits, spread over negative and positive values.
+    fn random(bits: u64) -> Self;
+    /// A key from a small integer, order-preserving (for sorted and few-distinct inputs).
+    fn from_rank(rank: i64) -> Self;
+    /// The values that break encodings: extremes, and for floats ±0, ±inf, NaNs, subnormals.
+    fn specials() -> Vec<Self>;
+    /// The key's exact bits, so NaNs compare equal to themselves.
+    fn exact(self) -> u64;
+}
+
+macro_rules! float_test_key {
+    ($t:ty) => {
+        impl TestKey for $t {
+            fn random(bits: u64) -> Self {
+                ((bits >> 11) as f64 / (1u64 << 53) as f64 * 2000.0 - 1000.0) as $t
+            }
+            fn from_rank(rank: i64) -> Self {
+                rank as $t * 0.5
+            }
+            fn specials() -> Vec<Self> {
+                vec![
+                    <$t>::NEG_INFINITY,
+                    <$t>::INFINITY,
+                    <$t>::NAN,
+                    -<$t>::NAN,
+                    <$t>::from_bits(<$t>::NAN.to_bits() | 0x5), // another payload
+                    0.0,
+                    -0.0,
+                    <$t>::from_bits(1),
+                    -<$t>::from_bits(3),
+                    <$t>::MIN_POSITIVE,
+                    <$t>::MAX,
+                    <$t>::MIN,
+                    1.0,
+                    -1.0,
+                ]
+            }
+            fn exact(self) -> u64 {
+                self.to_bits() as u64
+            }
+        }
+    };
+}
+float_test_key!(f32);
+float_test_key!(f64);
+
+macro_rules! int_test_key {
+    ($t:ty) => {
+        impl TestKey for $t {
+            fn random(bits: u64) -> Self {
+                bits as $t
+            }
+            fn from_rank(rank: i64) -> Self {
+                // Offset so that unsigned types keep the order of negative ranks too.
+                (rank + (1 << 30)) as $t
+            }
+            fn specials() -> Vec<Self> {
+                vec![<$t>::MIN, <$t>::MAX, 0 as $t, 1 as $t, (<$t>::MAX / 2) as $t, <$t>::MIN.wrapping_add(1)]
+            }
+            fn exact(self) -> u64 {
+                self as u64
+            }
+        }
+    };
+}
+int_test_key!(i32);
+int_test_key!(u32);
+int_test_key!(i64);
+int_test_key!(u64);

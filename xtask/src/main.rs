@@ -54,27 +54,6 @@ fn run(command: &mut Command) -> Result<(), String> {
     if status.success() { Ok(()) } else { Err(format!("{command:?} failed ({status})")) }
 }
 
-/// Where `ptxas` is: `$PTXAS`, the `PATH`, `/usr/local/cuda/bin`, or the pip package
-/// `nvidia-cuda-nvcc-cu12`.
-fn find_ptxas() -> Option<PathBuf> {
-    if let Ok(path) = std::env::var("PTXAS") {
-        return Some(PathBuf::from(path));
-    }
-    if Command::new("ptxas").arg("--version").output().is_ok_and(|o| o.status.success()) {
-        return Some(PathBuf::from("ptxas"));
-    }
-    let cuda = PathBuf::from("/usr/local/cuda/bin/ptxas");
-    if cuda.is_file() {
-        return Some(cuda);
-    }
-    let output = Command::new("python3")
-        .args(["-c", "import nvidia.cuda_nvcc, os; print(os.path.join(list(nvidia.cuda_nvcc.__path__)[0], 'bin', 'ptxas'))"])
-        .output()
-        .ok()?;
-    let path = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
-    path.is_file().then_some(path)
-}
-
 /// One kernel's line of the ptxas report.
 #[derive(Default)]
 struct KernelReport {
@@ -121,7 +100,7 @@ fn build_and_check_ptx(root: &Path) -> Result<Vec<PathBuf>, String> {
     for file in &files {
         eprintln!("xtask: wrote {}", file.display());
     }
-    let Some(ptxas) = find_ptxas() else {
+    let Some(ptxas) = build_ptx::find_ptxas() else {
         eprintln!(
             "xtask: ptxas not found, so the PTX was not assembled: `pip install nvidia-cuda-nvcc-cu12` \
              (or ./setup.sh) provides it"
