@@ -230,6 +230,13 @@ fn emulator_demo(reason: &str) {
     let sorted_keys = gpu.download(&sorted.keys).unwrap();
     println!("sorted 8 segments of 256 f32 keys, largest first, in {ms:.1} ms (emulated)");
     println!("segment 0 starts {:?}", &sorted_keys[..4]);
+    let (top, ms) = gpu.time_ms(|| gpu.top_k(&device_keys, 5, Order::Largest)).unwrap();
+    println!(
+        "top 5 of {} keys in {ms:.1} ms (emulated): {:?} at {:?}",
+        keys.len(),
+        gpu.download(&top.values).unwrap(),
+        gpu.download(&top.indices).unwrap()
+    );
     let mut scratch = gpu.alloc_zeroed::<u32>(1).unwrap();
     let max_bits = gpu.read_pass(&device_keys, &mut scratch).unwrap();
     println!(
