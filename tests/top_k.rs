@@ -240,6 +240,28 @@ fn caller_workspace_is_reused_and_checked() {
 }
 
 #[test]
+fn block_sort_path_works_in_the_caller_workspace_alone() {
+    let gpu = common::gpu();
+    let data = generate::<i32>(1000, Distribution::FewDistinct(16), 12);
+    let device_data = gpu.upload(&data).unwrap();
+    let options = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::BlockSort);
+    let bytes = gpu.top_k_workspace_bytes::<i32>(data.len(), 10, &options).unwrap();
+    assert!(bytes >= 1000 * (4 + 8), "the workspace holds the sorted keys and indices");
+    let mut workspace = gpu.alloc_zeroed::<u8>(bytes).unwrap();
+    let mut out =
+        gpu_select::TopK { values: gpu.alloc_zeroed(10).unwrap(), indices: gpu.alloc_zeroed(10).unwrap() };
+    gpu.top_k_into(&device_data, 10, &options, &mut workspace, &mut out).unwrap();
+    let expected: Vec<u64> =
+        reference::sort_pairs(&data, Order::Largest).into_iter().take(10).map(|(_, i)| i).collect();
+    assert_eq!(gpu.download(&out.indices).unwrap(), expected);
+    let mut small = gpu.alloc_zeroed::<u8>(bytes - 1).unwrap();
+    assert!(matches!(
+        gpu.top_k_into(&device_data, 10, &options, &mut small, &mut out),
+        Err(Error::LengthMismatch { .. })
+    ));
+}
+
+#[test]
 fn bad_input_gives_clear_errors() {
     let gpu = common::gpu();
     let data = gpu.upload(&[3u32, 1, 2]).unwrap();

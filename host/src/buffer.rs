@@ -186,46 +186,25 @@ impl Gpu {
         Ok(())
     }
 
-    /// Copies the first `destination.len()` values of `source` into `destination`, on the
-    /// device (queued after earlier work).
-    pub(crate) fn copy_prefix<T: DeviceValue>(
-        &self,
-        source: &DeviceBuffer<T>,
-        destination: &mut DeviceBuffer<T>,
-    ) -> Result<()> {
-        source.check_gpu(self, "the source buffer")?;
-        destination.check_gpu(self, "the destination buffer")?;
-        if destination.len > source.len {
-            return Err(Error::LengthMismatch {
-                what: "device copy (at most)",
-                expected: source.len,
-                actual: destination.len,
-            });
-        }
-        let bytes = destination.bytes();
+    /// Copies `bytes` bytes between two device addresses of this `Gpu` (queued after earlier
+    /// work). The caller guarantees both ranges lie inside live buffers.
+    pub(crate) fn copy_on_device(&self, from: u64, to: u64, bytes: usize) -> Result<()> {
         if bytes == 0 {
             return Ok(());
         }
-        match (&source.storage, &mut destination.storage, &*self.inner) {
-            (Storage::Device(from), Storage::Device(to), Backend::Cuda(device)) => {
+        match &*self.inner {
+            Backend::Cuda(device) => {
                 device.make_current()?;
                 check_driver(
-                    unsafe { cust::sys::cuMemcpyDtoD_v2(*to, *from, bytes) },
+                    unsafe { cust::sys::cuMemcpyDtoD_v2(to, from, bytes) },
                     "copying on the device",
                     bytes,
                 )
             }
-            (Storage::Host(from), Storage::Host(to), _) => {
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        from.as_ptr().cast::<u8>(),
-                        to.as_mut_ptr().cast::<u8>(),
-                        bytes,
-                    )
-                };
+            Backend::Emulator(_) => {
+                unsafe { std::ptr::copy(from as usize as *const u8, to as usize as *mut u8, bytes) };
                 Ok(())
             }
-            _ => unreachable!("both buffers belong to this Gpu"),
         }
     }
 

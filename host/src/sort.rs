@@ -95,12 +95,32 @@ impl Gpu {
             .ok()
             .filter(|&segments| segments < (1 << 31))
             .ok_or_else(|| Error::invalid(format!("{segments} segments: at most 2^31 - 1 per call")))?;
-        let segment_len = segment_len as u32;
+        self.launch_block_sort(
+            keys.global_ptr(),
+            segment_len as u32,
+            segments,
+            order,
+            sorted.keys.global_ptr(),
+            sorted.indices.global_ptr(),
+        )
+    }
+
+    /// Queues the block sort of `segments` segments of `segment_len` keys at `keys_in` into
+    /// `keys_out` / `indices_out` (validated by the caller).
+    pub(crate) fn launch_block_sort<K: SelectKey>(
+        &self,
+        keys_in: GlobalPtr<K>,
+        segment_len: u32,
+        segments: u32,
+        order: Order,
+        keys_out: GlobalPtr<K>,
+        indices_out: GlobalPtr<u64>,
+    ) -> Result<()> {
         let params = BlockSortParams {
-            keys_in: keys.global_ptr(),
+            keys_in,
             indices_in: GlobalPtr::null(),
-            keys_out: sorted.keys.global_ptr(),
-            indices_out: sorted.indices.global_ptr(),
+            keys_out,
+            indices_out,
             segment_len,
             order: order.to_raw(),
             segments,

@@ -160,6 +160,21 @@ impl BitonicWorkspace {
     }
 }
 
+/// The workspace of the block-sort path: all `n` sorted keys and indices.
+#[derive(Clone, Copy, Debug)]
+struct BlockSortWorkspace {
+    keys: usize,
+    indices: usize,
+    bytes: usize,
+}
+
+impl BlockSortWorkspace {
+    fn new(n: usize, key_bytes: usize) -> Self {
+        let indices = (n * key_bytes).div_ceil(WORKSPACE_ALIGN) * WORKSPACE_ALIGN;
+        Self { keys: 0, indices, bytes: indices + n * 8 }
+    }
+}
+
 impl Gpu {
     /// The `k` largest (or smallest) keys of `data` and their indices, best first.
     ///
@@ -214,7 +229,7 @@ impl Gpu {
     ) -> Result<usize> {
         match self.plan_top_k(n, k, options)? {
             Plan::Bitonic(plan) => Ok(BitonicWorkspace::new(&plan, k as u32, size_of::<K>()).bytes),
-            Plan::BlockSort => Ok(0),
+            Plan::BlockSort => Ok(BlockSortWorkspace::new(n, size_of::<K>()).bytes),
         }
     }
 
@@ -242,16 +257,40 @@ impl Gpu {
         }
         match self.plan_top_k(data.len(), k, options)? {
             Plan::Bitonic(plan) => self.run_bitonic(data, k as u32, options.order, &plan, workspace, out),
-            Plan::BlockSort => {
-                let mut sorted = crate::SortedSegments {
-                    keys: self.alloc_zeroed::<K>(data.len())?,
-                    indices: self.alloc_zeroed::<u64>(data.len())?,
-                };
-                self.sort_segments_into(data, data.len(), options.order, &mut sorted)?;
-                self.copy_prefix(&sorted.keys, &mut out.values)?;
-                self.copy_prefix(&sorted.indices, &mut out.indices)
-            }
+            Plan::BlockSort => self.run_block_sort(data, k, options.order, workspace, out),
         }
+    }
+
+    /// Top-k of at most 2048 keys: sort them all into the workspace, copy the first `k`.
+    fn run_block_sort<K: SelectKey>(
+        &self,
+        data: &DeviceBuffer<K>,
+        k: usize,
+        order: Order,
+        workspace: &mut DeviceBuffer<u8>,
+        out: &mut TopK<K>,
+    ) -> Result<()> {
+        let n = data.len();
+        let layout = BlockSortWorkspace::new(n, size_of::<K>());
+        if workspace.len() < layout.bytes {
+            return Err(Error::LengthMismatch {
+                what: "top-k workspace bytes (at least)",
+                expected: layout.bytes,
+                actual: workspace.len(),
+            });
+        }
+        let base = workspace.global_ptr().address();
+        let (keys, indices) = (base + layout.keys as u64, base + layout.indices as u64);
+        self.launch_block_sort(
+            data.global_ptr(),
+            n as u32,
+            1,
+            order,
+            GlobalPtr::from_address(keys),
+            GlobalPtr::from_address(indices),
+        )?;
+        self.copy_on_device(keys, out.values.global_ptr().address(), k * size_of::<K>())?;
+        self.copy_on_device(indices, out.indices.global_ptr().address(), k * 8)
     }
 
     fn plan_top_k(&self, n: usize, k: usize, options: &TopKOptions) -> Result<Plan> {
