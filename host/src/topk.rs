@@ -227,10 +227,7 @@ impl Gpu {
         k: usize,
         options: &TopKOptions,
     ) -> Result<usize> {
-        match self.plan_top_k(n, k, options)? {
-            Plan::Bitonic(plan) => Ok(BitonicWorkspace::new(&plan, k as u32, size_of::<K>()).bytes),
-            Plan::BlockSort => Ok(BlockSortWorkspace::new(n, size_of::<K>()).bytes),
-        }
+        Ok(self.plan_top_k(n, k, options)?.workspace_bytes(n, k, size_of::<K>()))
     }
 
     /// Top-k into caller-provided outputs (`out.values` and `out.indices` of length `k`),
@@ -255,32 +252,35 @@ impl Gpu {
                 return Err(Error::LengthMismatch { what, expected: k, actual: len });
             }
         }
-        match self.plan_top_k(data.len(), k, options)? {
-            Plan::Bitonic(plan) => self.run_bitonic(data, k as u32, options.order, &plan, workspace, out),
-            Plan::BlockSort => self.run_block_sort(data, k, options.order, workspace, out),
+        let plan = self.plan_top_k(data.len(), k, options)?;
+        let needed = plan.workspace_bytes(data.len(), k, size_of::<K>());
+        if workspace.len() < needed {
+            return Err(Error::LengthMismatch {
+                what: "top-k workspace bytes (at least)",
+                expected: needed,
+                actual: workspace.len(),
+            });
+        }
+        let base = workspace.global_ptr().address();
+        match plan {
+            Plan::Bitonic(plan) => self.run_bitonic(data, k as u32, options.order, &plan, base, out),
+            Plan::BlockSort => self.run_block_sort(data, k, options.order, base, out),
         }
     }
 
-    /// Top-k of at most 2048 keys: sort them all into the workspace, copy the first `k`.
+    /// Top-k of at most 2048 keys: sort them all into the workspace (at `workspace_base`,
+    /// checked by the caller), copy the first `k`.
     fn run_block_sort<K: SelectKey>(
         &self,
         data: &DeviceBuffer<K>,
         k: usize,
         order: Order,
-        workspace: &mut DeviceBuffer<u8>,
+        workspace_base: u64,
         out: &mut TopK<K>,
     ) -> Result<()> {
         let n = data.len();
         let layout = BlockSortWorkspace::new(n, size_of::<K>());
-        if workspace.len() < layout.bytes {
-            return Err(Error::LengthMismatch {
-                what: "top-k workspace bytes (at least)",
-                expected: layout.bytes,
-                actual: workspace.len(),
-            });
-        }
-        let base = workspace.global_ptr().address();
-        let (keys, indices) = (base + layout.keys as u64, base + layout.indices as u64);
+        let (keys, indices) = (workspace_base + layout.keys as u64, workspace_base + layout.indices as u64);
         self.launch_block_sort(
             data.global_ptr(),
             n as u32,
@@ -329,19 +329,11 @@ impl Gpu {
         k: u32,
         order: Order,
         plan: &BitonicPlan,
-        workspace: &mut DeviceBuffer<u8>,
+        workspace_base: u64,
         out: &mut TopK<K>,
     ) -> Result<()> {
         let layout = BitonicWorkspace::new(plan, k, size_of::<K>());
-        if workspace.len() < layout.bytes {
-            return Err(Error::LengthMismatch {
-                what: "top-k workspace bytes (at least)",
-                expected: layout.bytes,
-                actual: workspace.len(),
-            });
-        }
-        let base = workspace.global_ptr().address();
-        let at = |offset: usize| base + offset as u64;
+        let at = |offset: usize| workspace_base + offset as u64;
         let (kernel, shared_bytes): (KernelId<TopKParams<K>>, usize) = match registers_for_k(k) {
             1 => (K::TOPK_BITONIC_Q1, TopKLayout::<K::Bits>::new(1).bytes),
             2 => (K::TOPK_BITONIC_Q2, TopKLayout::<K::Bits>::new(2).bytes),
@@ -400,6 +392,16 @@ impl Gpu {
 enum Plan {
     Bitonic(BitonicPlan),
     BlockSort,
+}
+
+impl Plan {
+    /// Workspace bytes of the plan: the one source for the size query and the run's check.
+    fn workspace_bytes(&self, n: usize, k: usize, key_bytes: usize) -> usize {
+        match self {
+            Plan::Bitonic(plan) => BitonicWorkspace::new(plan, k as u32, key_bytes).bytes,
+            Plan::BlockSort => BlockSortWorkspace::new(n, key_bytes).bytes,
+        }
+    }
 }
 
 #[cfg(test)]
