@@ -101,7 +101,7 @@ pub fn build_ptx(workspace: &Path, out_dir: &Path) -> Result<Vec<PathBuf>, Strin
             return Err(format!(
                 "building the kernels for {} failed ({}):\n{}\n\
                  The PTX build needs the pinned nightly with rust-src (rust-toolchain.toml); \
-                 `./x setup` installs it.",
+                 `./setup.sh` installs it.",
                 flavour.arch,
                 output.status,
                 String::from_utf8_lossy(&output.stderr)

@@ -3,7 +3,7 @@
 //! local-memory spills in the sort kernel.
 //!
 //! `ptxas` comes from `$PTXAS`, the `PATH`, `/usr/local/cuda/bin`, or the pip package
-//! `nvidia-cuda-nvcc-cu12` (which `./x setup` installs). Without it the ptxas test fails:
+//! `nvidia-cuda-nvcc-cu12` (which `./setup.sh` installs). Without it the ptxas test fails:
 //! a skipped check must not read as a pass.
 
 use std::process::Command;
@@ -42,9 +42,11 @@ fn entry_body<'a>(ptx: &'a str, name: &str) -> &'a str {
 #[test]
 fn every_table_kernel_is_exported_with_the_host_parameter_size() {
     use gpu_select_kernels::bandwidth::ReadFloorParams;
+    use gpu_select_kernels::merge::MergeParams;
     use gpu_select_kernels::params::BlockSortParams;
     use gpu_select_kernels::probe::ProbeParams;
     use gpu_select_kernels::topk::bitonic::TopKParams;
+    use gpu_select_kernels::topk::radix::RadixParams;
     for (arch, ptx) in [("sm_80", PTX_SM80), ("sm_90", PTX_SM90)] {
         assert!(ptx.contains(&format!(".target {arch}")), "{arch} PTX targets another architecture");
         for name in all_kernel_names() {
@@ -52,6 +54,8 @@ fn every_table_kernel_is_exported_with_the_host_parameter_size() {
             let size = match name {
                 _ if name.starts_with("block_sort_") => size_of::<BlockSortParams<f32>>(),
                 _ if name.starts_with("topk_bitonic_") => size_of::<TopKParams<f32>>(),
+                _ if name.starts_with("radix_") => size_of::<RadixParams<f32>>(),
+                _ if name.starts_with("merge_runs_") => size_of::<MergeParams<f32>>(),
                 _ if name.starts_with("probe_") => size_of::<ProbeParams>(),
                 "read_floor_u32" => size_of::<ReadFloorParams>(),
                 _ => panic!("{name}: add its parameter struct to this test"),
@@ -94,7 +98,7 @@ fn the_intended_instructions_are_emitted() {
 #[test]
 fn ptxas_assembles_both_flavours_without_spills() {
     let ptxas = build_ptx::find_ptxas().expect(
-        "ptxas not found: set PTXAS, or install it with `pip install nvidia-cuda-nvcc-cu12` (`./x setup` does)",
+        "ptxas not found: set PTXAS, or install it with `pip install nvidia-cuda-nvcc-cu12` (`./setup.sh` does)",
     );
     let dir = std::env::temp_dir().join(format!("gpu-select-ptx-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -61,6 +61,8 @@ fn generate<K: TestKey>(n: usize, distribution: Distribution, seed: u64) -> Vec<
     }
 }
 
+/// Runs the top-k and compares with the oracle: exactly for a sorted result; for an
+/// unsorted one, as a set (after sorting it the oracle's way).
 fn check<K: TestKey>(gpu: &Gpu, data: &[K], k: usize, options: TopKOptions, context: &str) {
     let device_data = gpu.upload(data).unwrap();
     let top = gpu.top_k_with(&device_data, k, &options).unwrap_or_else(|e| panic!("{context}: {e}"));
@@ -70,7 +72,23 @@ fn check<K: TestKey>(gpu: &Gpu, data: &[K], k: usize, options: TopKOptions, cont
         .take(k)
         .map(|(key, i)| (key.exact(), i))
         .collect();
-    let got: Vec<(u64, u64)> = values.iter().map(|v| v.exact()).zip(indices).collect();
+    let mut got: Vec<(u64, u64)> = values.iter().map(|v| v.exact()).zip(indices.iter().copied()).collect();
+    if !options.sorted {
+        // Each output must be the input it names; then order them as the oracle does.
+        for (&(bits, index), value) in got.iter().zip(&values) {
+            assert_eq!(
+                data[index as usize].exact(),
+                bits,
+                "{context}: output {value:?} is not input {index}"
+            );
+        }
+        let rank_of: std::collections::HashMap<u64, usize> = reference::sort_pairs(data, options.order)
+            .iter()
+            .enumerate()
+            .map(|(r, &(_, i))| (i, r))
+            .collect();
+        got.sort_by_key(|&(_, index)| rank_of[&index]);
+    }
     assert_eq!(got, expected, "{context}");
 }
 
@@ -107,8 +125,11 @@ fn check_all<K: TestKey>() {
         for (d, &distribution) in distributions.iter().enumerate() {
             let data = generate::<K>(n, distribution, (n * 7 + d) as u64);
             for order in [Order::Smallest, Order::Largest] {
-                let context = format!("{} n={n} k={k} {distribution:?} {order:?} auto", K::NAME);
-                check(&gpu, &data, k, TopKOptions::new(order), &context);
+                let context = format!("{} n={n} k={k} {distribution:?} {order:?}", K::NAME);
+                check(&gpu, &data, k, TopKOptions::new(order), &format!("{context} auto"));
+                let radix = TopKOptions::new(order).with_algorithm(Algorithm::RadixSelect);
+                check(&gpu, &data, k, radix.with_sorted(false), &format!("{context} radix unsorted"));
+                check(&gpu, &data, k, radix, &format!("{context} radix sorted"));
             }
         }
     }
@@ -161,6 +182,35 @@ fn bitonic_for_every_queue_size_and_small_inputs() {
 }
 
 #[test]
+fn radix_select_takes_any_k() {
+    // k past the bitonic limit and up to n, unsorted; the buffers' capacity (n/32) is
+    // exceeded at some levels and not at others; few distinct values end levels early.
+    let gpu = common::gpu();
+    let n = if common::on_emulator(&gpu) { 9_000 } else { 3_000_000 };
+    for (d, &distribution) in
+        [Distribution::Uniform, Distribution::FewDistinct(16), Distribution::Ascending].iter().enumerate()
+    {
+        let data = generate::<f32>(n, distribution, 91 + d as u64);
+        for k in [257, 2048, n / 3, n - 1, n] {
+            for order in [Order::Smallest, Order::Largest] {
+                let options = TopKOptions::new(order).with_algorithm(Algorithm::RadixSelect);
+                let context = format!("radix n={n} k={k} {distribution:?} {order:?}");
+                check(&gpu, &data, k, options.with_sorted(false), &format!("{context} unsorted"));
+                // Sorted: the block sort's runs of 2048 and 1 to 4 merge passes.
+                if k != n - 1 {
+                    check(&gpu, &data, k, options, &format!("{context} sorted"));
+                }
+            }
+        }
+    }
+    // Auto takes k > 256 too.
+    let data = generate::<u64>(5000, Distribution::Uniform, 3);
+    check(&gpu, &data, 300, TopKOptions::new(Order::Largest), "auto k=300");
+    check(&gpu, &data, 4000, TopKOptions::new(Order::Largest).with_sorted(false), "auto k=4000");
+    check(&gpu, &data, 4097, TopKOptions::new(Order::Smallest), "auto k=4097 sorted");
+}
+
+#[test]
 fn pruned_passes_agree_with_the_oracle() {
     // Inputs of 512 tiles and more are sampled first: the sample's k-th best bounds the main
     // pass, and blocks tighten it with their own running k-th best. Distributions where
@@ -185,14 +235,15 @@ fn algorithms_agree_with_each_other() {
     for n in [1usize, 100, 2048] {
         let data = generate::<i64>(n, Distribution::FewDistinct(16), 5);
         for k in [1, n.div_ceil(2).min(256), n.min(256)] {
-            let results: Vec<_> = [Algorithm::Bitonic, Algorithm::BlockSort, Algorithm::Auto]
-                .into_iter()
-                .map(|algorithm| {
-                    let options = TopKOptions::new(Order::Largest).with_algorithm(algorithm);
-                    let top = gpu.top_k_with(&gpu.upload(&data).unwrap(), k, &options).unwrap();
-                    (gpu.download(&top.values).unwrap(), gpu.download(&top.indices).unwrap())
-                })
-                .collect();
+            let results: Vec<_> =
+                [Algorithm::Bitonic, Algorithm::BlockSort, Algorithm::RadixSelect, Algorithm::Auto]
+                    .into_iter()
+                    .map(|algorithm| {
+                        let options = TopKOptions::new(Order::Largest).with_algorithm(algorithm);
+                        let top = gpu.top_k_with(&gpu.upload(&data).unwrap(), k, &options).unwrap();
+                        (gpu.download(&top.values).unwrap(), gpu.download(&top.indices).unwrap())
+                    })
+                    .collect();
             assert!(results.windows(2).all(|pair| pair[0] == pair[1]), "n={n} k={k}");
         }
     }
@@ -273,7 +324,8 @@ fn bad_input_gives_clear_errors() {
         Error::EmptyInput
     );
     let big = gpu.alloc_zeroed::<u32>(5000).unwrap();
-    let error = message(gpu.top_k(&big, 300, Order::Largest));
+    let bitonic = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::Bitonic);
+    let error = message(gpu.top_k_with(&big, 300, &bitonic));
     assert!(error.contains("k ≤ 256"), "{error}");
     let options = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::BlockSort);
     assert!(message(gpu.top_k_with(&big, 3, &options)).contains("at most 2048"));

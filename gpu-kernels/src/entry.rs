@@ -8,9 +8,13 @@
 use crate::bandwidth::{ReadFloorParams, read_floor};
 use crate::block::bitonic_sort::sort_segments;
 use crate::key::Key;
+use crate::merge::{MergeParams, merge_runs};
 use crate::params::BlockSortParams;
 use crate::probe::{ProbeParams, global_atomics, indices, shared_memory, warp_collectives};
 use crate::topk::bitonic::{TopKParams, reduce_q1, reduce_q2, reduce_q4, reduce_q8};
+use crate::topk::radix::{
+    RadixParams, choose as radix_choose_body, count as radix_count_body, filter as radix_filter_body,
+};
 
 /// A kernel the host can launch: the PTX symbol and the body the emulator runs.
 pub struct KernelId<P> {
@@ -45,6 +49,14 @@ pub trait KernelKey: Key {
     const TOPK_BITONIC_Q4: KernelId<TopKParams<Self>>;
     /// Bitonic top-k reduction pass, k ≤ 256.
     const TOPK_BITONIC_Q8: KernelId<TopKParams<Self>>;
+    /// Radix-select top-k: histogram of one level's digit.
+    const RADIX_COUNT: KernelId<RadixParams<Self>>;
+    /// Radix-select top-k: the target digit and the blocks' offsets of one level.
+    const RADIX_CHOOSE: KernelId<RadixParams<Self>>;
+    /// Radix-select top-k: outputs and candidates of one level.
+    const RADIX_FILTER: KernelId<RadixParams<Self>>;
+    /// Merge of neighbouring sorted runs (merge path).
+    const MERGE_RUNS: KernelId<MergeParams<Self>>;
     /// Every kernel name of this key type, as in the PTX.
     const KERNEL_NAMES: &'static [&'static str];
 }
@@ -52,10 +64,14 @@ pub trait KernelKey: Key {
 crate::__kernel_table! {
     keyed for [f32, f64, i32, u32, i64, u64] {
         BLOCK_SORT = block_sort(BlockSortParams) => sort_segments;
+        MERGE_RUNS = merge_runs(MergeParams) => merge_runs;
         TOPK_BITONIC_Q1 = topk_bitonic_q1(TopKParams) => reduce_q1;
         TOPK_BITONIC_Q2 = topk_bitonic_q2(TopKParams) => reduce_q2;
         TOPK_BITONIC_Q4 = topk_bitonic_q4(TopKParams) => reduce_q4;
         TOPK_BITONIC_Q8 = topk_bitonic_q8(TopKParams) => reduce_q8;
+        RADIX_COUNT = radix_count(RadixParams) => radix_count_body;
+        RADIX_CHOOSE = radix_choose(RadixParams) => radix_choose_body;
+        RADIX_FILTER = radix_filter(RadixParams) => radix_filter_body;
     }
     plain {
         /// Read-only pass over a buffer: the benchmarks' floor.

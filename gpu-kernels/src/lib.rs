@@ -14,6 +14,7 @@
 //! | [`thread`] | compare-exchange on key + index pairs |
 //! | [`warp`] | warp-wide reductions built on shuffles |
 //! | [`block`] | block-wide networks in shared memory (bitonic sort) |
+//! | [`merge`] | device-wide merge of sorted runs (merge path) |
 //! | [`topk`] | the top-k algorithms |
 //! | [`entry`] | the exported kernels, generated from one table |
 //!
@@ -40,6 +41,7 @@ pub mod block;
 pub mod device;
 pub mod entry;
 pub mod key;
+pub mod merge;
 pub mod params;
 pub mod probe;
 pub mod thread;

@@ -69,6 +69,11 @@ impl<T> GlobalPtr<T> {
         self.address
     }
 
+    /// The address `count` elements further on.
+    pub const fn offset(self, count: u64) -> Self {
+        Self::from_address(self.address + count * size_of::<T>() as u64)
+    }
+
     /// Whether this is the null address.
     pub const fn is_null(self) -> bool {
         self.address == 0

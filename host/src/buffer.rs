@@ -208,6 +208,28 @@ impl Gpu {
         }
     }
 
+    /// Sets `bytes` bytes at a device address of this `Gpu` to zero (queued after earlier
+    /// work). The caller guarantees the range lies inside a live buffer.
+    pub(crate) fn clear_on_device(&self, address: u64, bytes: usize) -> Result<()> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        match &*self.inner {
+            Backend::Cuda(device) => {
+                device.make_current()?;
+                check_driver(
+                    unsafe { cust::sys::cuMemsetD8_v2(address, 0, bytes) },
+                    "clearing device memory",
+                    bytes,
+                )
+            }
+            Backend::Emulator(_) => {
+                unsafe { std::ptr::write_bytes(address as usize as *mut u8, 0, bytes) };
+                Ok(())
+            }
+        }
+    }
+
     /// Copies `buffer` back to a new vector, after all queued work has finished.
     pub fn download<T: DeviceValue>(&self, buffer: &DeviceBuffer<T>) -> Result<Vec<T>> {
         let mut values = vec![T::default(); buffer.len];

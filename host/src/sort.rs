@@ -5,6 +5,7 @@ use gpu_select_kernels::block::bitonic_sort::{
     BlockSortLayout, MAX_BLOCK_SORT_LEN, SORT_THREADS, segments_per_block,
 };
 use gpu_select_kernels::entry::KernelKey;
+use gpu_select_kernels::merge::{MERGE_THREADS, MergeParams, merge_threads_for};
 use gpu_select_kernels::params::{BlockSortParams, GlobalPtr};
 
 use crate::buffer::DeviceBuffer;
@@ -96,31 +97,30 @@ impl Gpu {
             .filter(|&segments| segments < (1 << 31))
             .ok_or_else(|| Error::invalid(format!("{segments} segments: at most 2^31 - 1 per call")))?;
         self.launch_block_sort(
-            keys.global_ptr(),
+            Pairs { keys: keys.global_ptr(), indices: GlobalPtr::null() },
             segment_len as u32,
             segments,
             order,
-            sorted.keys.global_ptr(),
-            sorted.indices.global_ptr(),
+            Pairs { keys: sorted.keys.global_ptr(), indices: sorted.indices.global_ptr() },
         )
     }
 
-    /// Queues the block sort of `segments` segments of `segment_len` keys at `keys_in` into
-    /// `keys_out` / `indices_out` (validated by the caller).
+    /// Queues the block sort of `segments` segments of `segment_len` keys at `input` into
+    /// `output` (validated by the caller). Each key reports its index from `input.indices`,
+    /// or its position in the segment when that is null.
     pub(crate) fn launch_block_sort<K: SelectKey>(
         &self,
-        keys_in: GlobalPtr<K>,
+        input: Pairs<K>,
         segment_len: u32,
         segments: u32,
         order: Order,
-        keys_out: GlobalPtr<K>,
-        indices_out: GlobalPtr<u64>,
+        output: Pairs<K>,
     ) -> Result<()> {
         let params = BlockSortParams {
-            keys_in,
-            indices_in: GlobalPtr::null(),
-            keys_out,
-            indices_out,
+            keys_in: input.keys,
+            indices_in: input.indices,
+            keys_out: output.keys,
+            indices_out: output.indices,
             segment_len,
             order: order.to_raw(),
             segments,
@@ -132,6 +132,55 @@ impl Gpu {
             shared_bytes: BlockSortLayout::<K::Bits>::new(segment_len).bytes,
         };
         self.launch(K::BLOCK_SORT, shape, params)
+    }
+
+    /// Queues a stable sort of `len` key + index pairs of any length: the block sort makes
+    /// runs of 2048, then merge passes double them. Reads `input` (which it may overwrite),
+    /// uses `scratch` and writes `out`; the three hold `len` pairs each and are disjoint
+    /// (`scratch` is only touched when more than one merge pass runs an odd count).
+    pub(crate) fn launch_sort_pairs<K: SelectKey>(
+        &self,
+        input: Pairs<K>,
+        scratch: Pairs<K>,
+        out: Pairs<K>,
+        len: u64,
+        order: Order,
+    ) -> Result<()> {
+        let run = MAX_SMALL_SORT_LEN as u64;
+        let merge_passes = len.div_ceil(run).next_power_of_two().trailing_zeros();
+        // The last merge must write `out`: with an even number of merges the runs start
+        // there (out → input → out …), with an odd one in `scratch` (scratch → out → …).
+        let (mut from, mut to) = if merge_passes.is_multiple_of(2) { (out, input) } else { (scratch, out) };
+        let full = (len / run) as u32;
+        if full > 0 {
+            self.launch_block_sort(input, run as u32, full, order, from)?;
+        }
+        let tail = len % run;
+        if tail > 0 {
+            let at = full as u64 * run;
+            self.launch_block_sort(input.offset(at), tail as u32, 1, order, from.offset(at))?;
+        }
+        let mut run_len = run;
+        for _ in 0..merge_passes {
+            let params = MergeParams {
+                keys_in: from.keys,
+                indices_in: from.indices,
+                keys_out: to.keys,
+                indices_out: to.indices,
+                len,
+                run_len,
+                order: order.to_raw(),
+                reserved: 0,
+            };
+            let blocks = merge_threads_for(len).div_ceil(MERGE_THREADS as u64);
+            let blocks = u32::try_from(blocks)
+                .map_err(|_| Error::invalid(format!("{len} pairs: too many to merge in one launch")))?;
+            let shape = LaunchShape { grid: (blocks, 1), block_threads: MERGE_THREADS, shared_bytes: 0 };
+            self.launch(K::MERGE_RUNS, shape, params)?;
+            std::mem::swap(&mut from, &mut to);
+            run_len *= 2;
+        }
+        Ok(())
     }
 
     /// Sorts a host slice of up to [`MAX_SMALL_SORT_LEN`] keys on the device; returns the
@@ -157,6 +206,25 @@ impl Gpu {
         let device_keys = self.upload(keys)?;
         let sorted = self.sort_segments(&device_keys, keys.len().max(1), order)?;
         Ok((self.download(&sorted.keys)?, self.download(&sorted.indices)?))
+    }
+}
+
+/// Key + index arrays in device memory, as sorts pass them around.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Pairs<K> {
+    pub(crate) keys: GlobalPtr<K>,
+    pub(crate) indices: GlobalPtr<u64>,
+}
+
+impl<K> Pairs<K> {
+    /// The pairs `count` further on.
+    pub(crate) fn offset(self, count: u64) -> Self {
+        Self { keys: self.keys.offset(count), indices: self.indices.offset(count) }
+    }
+
+    /// The pairs at two device addresses.
+    pub(crate) fn at(keys: u64, indices: u64) -> Self {
+        Self { keys: GlobalPtr::from_address(keys), indices: GlobalPtr::from_address(indices) }
     }
 }
 

@@ -1,3 +1,4 @@
 //! Top-k algorithms: each module is one algorithm of the host's `Algorithm` enum.
 
 pub mod bitonic;
+pub mod radix;

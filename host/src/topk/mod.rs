@@ -1,0 +1,284 @@
+//! Top-k: the k largest or smallest keys of a device array, with their indices.
+
+mod bitonic;
+mod radix;
+
+use gpu_select_kernels::params::GlobalPtr;
+use gpu_select_kernels::topk::bitonic::MAX_BITONIC_K;
+
+use self::bitonic::{BitonicPlan, BitonicWorkspace};
+use self::radix::{RadixPlan, RadixWorkspace};
+
+use crate::buffer::DeviceBuffer;
+use crate::error::{Error, Result};
+use crate::gpu::Gpu;
+use crate::sort::Pairs;
+use crate::{Order, SelectKey};
+
+/// Which top-k algorithm runs. Each variant says where it wins; [`Algorithm::Auto`] picks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Algorithm {
+    /// The library chooses (today: the block sort for inputs of up to 2048 keys,
+    /// [`Algorithm::Bitonic`] for `k ≤ 256`, [`Algorithm::RadixSelect`] for larger `k`).
+    #[default]
+    Auto,
+    /// Bitonic top-k (Shanbhag, Pirk & Madden): tiles of 2048 keys reduced to their `k`
+    /// best by sorting networks in registers, then the blocks' results reduced again.
+    /// Data-independent time (every distribution costs the same); `k ≤ 256` today.
+    Bitonic,
+    /// The block bitonic sort of the whole input, then the first `k`: inputs of at most
+    /// 2048 keys, any `k`.
+    BlockSort,
+    /// Radix select: 8-bit digits, most significant first; each level counts its digit,
+    /// picks the bucket of the `k`-th best, sends the better buckets straight to the output
+    /// and keeps only the target bucket. Any `k` and `n`; its time depends little on `k`
+    /// (about three reads of the data for uniform floats), so it wins for large `k`.
+    RadixSelect,
+}
+
+/// Options of [`Gpu::top_k_with`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TopKOptions {
+    /// The largest or the smallest keys.
+    pub order: Order,
+    /// Which algorithm.
+    pub algorithm: Algorithm,
+    /// Whether the result is sorted, best first (the default). Unsorted results skip a
+    /// final sort where the algorithm does not sort anyway; their order is still the same
+    /// every run, and equal keys still come lowest index first.
+    pub sorted: bool,
+}
+
+impl TopKOptions {
+    /// `order`, with [`Algorithm::Auto`] and a sorted result.
+    pub fn new(order: Order) -> Self {
+        Self { order, algorithm: Algorithm::Auto, sorted: true }
+    }
+
+    /// The same options with another algorithm.
+    pub fn with_algorithm(self, algorithm: Algorithm) -> Self {
+        Self { algorithm, ..self }
+    }
+
+    /// The same options, asking for a sorted (`true`) or unsorted (`false`) result.
+    pub fn with_sorted(self, sorted: bool) -> Self {
+        Self { sorted, ..self }
+    }
+}
+
+/// The result of a top-k: `k` keys, best first, and the index of each in the input.
+#[derive(Debug)]
+pub struct TopK<K> {
+    /// The keys. Sorted (unless [`TopKOptions::sorted`] is off): largest first for
+    /// [`Order::Largest`], smallest first otherwise.
+    pub values: DeviceBuffer<K>,
+    /// Index in the input of each key (64-bit).
+    pub indices: DeviceBuffer<u64>,
+}
+
+/// Workspace regions start on this boundary (as CUB's temporary storage does).
+const WORKSPACE_ALIGN: usize = 256;
+
+/// Carves a workspace into aligned regions: each algorithm sizes and places its regions
+/// with one function, so the size query and the run cannot disagree.
+#[derive(Clone, Copy, Debug, Default)]
+struct WorkspaceCarver {
+    bytes: usize,
+}
+
+impl WorkspaceCarver {
+    /// A region of `bytes` bytes: its offset.
+    fn region(&mut self, bytes: usize) -> usize {
+        let start = self.bytes;
+        self.bytes = (start + bytes).div_ceil(WORKSPACE_ALIGN) * WORKSPACE_ALIGN;
+        start
+    }
+
+    /// Bytes carved so far.
+    fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+/// The workspace of the block-sort path: all `n` sorted keys and indices.
+#[derive(Clone, Copy, Debug)]
+struct BlockSortWorkspace {
+    keys: usize,
+    indices: usize,
+    bytes: usize,
+}
+
+impl BlockSortWorkspace {
+    fn new(n: usize, key_bytes: usize) -> Self {
+        let mut carver = WorkspaceCarver::default();
+        let keys = carver.region(n * key_bytes);
+        let indices = carver.region(n * 8);
+        Self { keys, indices, bytes: carver.bytes() }
+    }
+}
+
+impl Gpu {
+    /// The `k` largest (or smallest) keys of `data` and their indices, best first.
+    ///
+    /// * Order: the total order of [`Key`](crate::Key): NaN above +inf (so `Largest` returns
+    ///   NaNs first), -0.0 below +0.0.
+    /// * Ties: deterministic, equal keys by lower index first; the same input gives the same
+    ///   output every run.
+    /// * Errors: [`Error::EmptyInput`]; [`Error::InvalidArgument`] for `k = 0`, `k > n`, or a
+    ///   shape the chosen algorithm does not take (see [`Algorithm`]).
+    ///
+    /// ```
+    /// use gpu_select::{Gpu, Order};
+    ///
+    /// let gpu = Gpu::emulator();
+    /// let data = gpu.upload(&[4.0f32, 9.5, -1.0, 9.5, 7.0])?;
+    /// let top = gpu.top_k(&data, 3, Order::Largest)?;
+    /// assert_eq!(gpu.download(&top.values)?, [9.5, 9.5, 7.0]);
+    /// assert_eq!(gpu.download(&top.indices)?, [1, 3, 4]);
+    /// # Ok::<(), gpu_select::Error>(())
+    /// ```
+    pub fn top_k<K: SelectKey>(&self, data: &DeviceBuffer<K>, k: usize, order: Order) -> Result<TopK<K>> {
+        self.top_k_with(data, k, &TopKOptions::new(order))
+    }
+
+    /// [`Gpu::top_k`] with options (algorithm choice).
+    pub fn top_k_with<K: SelectKey>(
+        &self,
+        data: &DeviceBuffer<K>,
+        k: usize,
+        options: &TopKOptions,
+    ) -> Result<TopK<K>> {
+        let bytes = self.top_k_workspace_bytes::<K>(data.len(), k, options)?;
+        let mut workspace = self.alloc_zeroed::<u8>(bytes)?;
+        let mut out = TopK { values: self.alloc_zeroed::<K>(k)?, indices: self.alloc_zeroed::<u64>(k)? };
+        self.top_k_into(data, k, options, &mut workspace, &mut out)?;
+        Ok(out)
+    }
+
+    /// Top-k of a host slice: uploads it, runs [`Gpu::top_k`], downloads the result.
+    pub fn top_k_host<K: SelectKey>(&self, data: &[K], k: usize, order: Order) -> Result<(Vec<K>, Vec<u64>)> {
+        let top = self.top_k(&self.upload(data)?, k, order)?;
+        Ok((self.download(&top.values)?, self.download(&top.indices)?))
+    }
+
+    /// Bytes of workspace [`Gpu::top_k_into`] needs for `n` keys of type `K` (checks the
+    /// arguments as the run does).
+    pub fn top_k_workspace_bytes<K: SelectKey>(
+        &self,
+        n: usize,
+        k: usize,
+        options: &TopKOptions,
+    ) -> Result<usize> {
+        Ok(self.plan_top_k(n, k, options)?.workspace_bytes(n, k, size_of::<K>()))
+    }
+
+    /// Top-k into caller-provided outputs (`out.values` and `out.indices` of length `k`),
+    /// with a caller-provided workspace of at least [`Gpu::top_k_workspace_bytes`]. Queues
+    /// the work without waiting; a download of `out` waits for it.
+    pub fn top_k_into<K: SelectKey>(
+        &self,
+        data: &DeviceBuffer<K>,
+        k: usize,
+        options: &TopKOptions,
+        workspace: &mut DeviceBuffer<u8>,
+        out: &mut TopK<K>,
+    ) -> Result<()> {
+        data.check_gpu(self, "the data")?;
+        workspace.check_gpu(self, "the workspace")?;
+        out.values.check_gpu(self, "the output values")?;
+        out.indices.check_gpu(self, "the output indices")?;
+        for (what, len) in
+            [("top-k output values", out.values.len()), ("top-k output indices", out.indices.len())]
+        {
+            if len != k {
+                return Err(Error::LengthMismatch { what, expected: k, actual: len });
+            }
+        }
+        let plan = self.plan_top_k(data.len(), k, options)?;
+        let needed = plan.workspace_bytes(data.len(), k, size_of::<K>());
+        if workspace.len() < needed {
+            return Err(Error::LengthMismatch {
+                what: "top-k workspace bytes (at least)",
+                expected: needed,
+                actual: workspace.len(),
+            });
+        }
+        let base = workspace.global_ptr().address();
+        match plan {
+            Plan::Bitonic(plan) => self.run_bitonic(data, k as u32, options.order, &plan, base, out),
+            Plan::BlockSort => self.run_block_sort(data, k, options.order, base, out),
+            Plan::Radix(plan) => self.run_radix(data, k, options.order, &plan, base, out),
+        }
+    }
+
+    /// Top-k of at most 2048 keys: sort them all into the workspace (at `workspace_base`,
+    /// checked by the caller), copy the first `k`.
+    fn run_block_sort<K: SelectKey>(
+        &self,
+        data: &DeviceBuffer<K>,
+        k: usize,
+        order: Order,
+        workspace_base: u64,
+        out: &mut TopK<K>,
+    ) -> Result<()> {
+        let n = data.len();
+        let layout = BlockSortWorkspace::new(n, size_of::<K>());
+        let (keys, indices) = (workspace_base + layout.keys as u64, workspace_base + layout.indices as u64);
+        let input = Pairs { keys: data.global_ptr(), indices: GlobalPtr::null() };
+        self.launch_block_sort(input, n as u32, 1, order, Pairs::at(keys, indices))?;
+        self.copy_on_device(keys, out.values.global_ptr().address(), k * size_of::<K>())?;
+        self.copy_on_device(indices, out.indices.global_ptr().address(), k * 8)
+    }
+
+    fn plan_top_k(&self, n: usize, k: usize, options: &TopKOptions) -> Result<Plan> {
+        if n == 0 {
+            return Err(Error::EmptyInput);
+        }
+        if k == 0 {
+            return Err(Error::invalid("k = 0: ask for at least one key"));
+        }
+        if k > n {
+            return Err(Error::invalid(format!("k = {k} is larger than the input ({n} keys)")));
+        }
+        let fits_block_sort = n <= crate::MAX_SMALL_SORT_LEN;
+        let fits_bitonic = k <= MAX_BITONIC_K as usize && (n as u64) < (1u64 << 32);
+        let multiprocessors = self.limits().multiprocessors;
+        let radix = || Ok(Plan::Radix(RadixPlan::new(n as u64, multiprocessors, options.sorted && k > 1)));
+        match options.algorithm {
+            Algorithm::Auto if fits_block_sort => Ok(Plan::BlockSort),
+            Algorithm::Auto | Algorithm::Bitonic if fits_bitonic => {
+                Ok(Plan::Bitonic(BitonicPlan::new(n as u64, k as u32, multiprocessors)))
+            }
+            Algorithm::Auto | Algorithm::RadixSelect => radix(),
+            Algorithm::BlockSort if fits_block_sort => Ok(Plan::BlockSort),
+            Algorithm::BlockSort => Err(Error::invalid(format!(
+                "Algorithm::BlockSort takes at most {} keys; the input has {n}",
+                crate::MAX_SMALL_SORT_LEN
+            ))),
+            Algorithm::Bitonic if (n as u64) >= (1u64 << 32) => {
+                Err(Error::invalid(format!("{n} keys: the bitonic top-k takes fewer than 2^32 keys")))
+            }
+            Algorithm::Bitonic => {
+                Err(Error::invalid(format!("k = {k}: the bitonic top-k takes k ≤ {MAX_BITONIC_K}")))
+            }
+        }
+    }
+}
+
+enum Plan {
+    Bitonic(BitonicPlan),
+    BlockSort,
+    Radix(RadixPlan),
+}
+
+impl Plan {
+    /// Workspace bytes of the plan: the one source for the size query and the run's check.
+    fn workspace_bytes(&self, n: usize, k: usize, key_bytes: usize) -> usize {
+        match self {
+            Plan::Bitonic(plan) => BitonicWorkspace::new(plan, k as u32, key_bytes).bytes,
+            Plan::BlockSort => BlockSortWorkspace::new(n, key_bytes).bytes,
+            Plan::Radix(plan) => RadixWorkspace::new(plan, k, key_bytes).bytes,
+        }
+    }
+}

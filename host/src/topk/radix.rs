@@ -1,0 +1,180 @@
+//! The radix-select top-k's host side: its launch sequence and workspace.
+
+use gpu_select_kernels::params::GlobalPtr;
+use gpu_select_kernels::topk::radix::{
+    BUCKETS, LEVEL_SLOTS, MAX_RADIX_BLOCKS, RADIX_THREADS, RADIX_TILE, RadixChooseLayout, RadixLevel,
+    RadixParams, RadixPassLayout, levels_of,
+};
+
+use super::{TopK, WorkspaceCarver};
+use crate::buffer::DeviceBuffer;
+use crate::error::Result;
+use crate::gpu::{Gpu, LaunchShape};
+use crate::sort::Pairs;
+use crate::{MAX_SMALL_SORT_LEN, Order, SelectKey};
+
+/// Blocks per multiprocessor of the count and filter passes.
+const RADIX_BLOCKS_PER_SM: u32 = 4;
+/// Each candidate buffer holds `n / CAPACITY_DIVISOR` candidates (at least one tile); a
+/// larger target bucket is read from the data again instead.
+const CAPACITY_DIVISOR: u64 = 32;
+
+/// The shape of a radix-select top-k.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct RadixPlan {
+    /// Blocks of the count and filter launches.
+    blocks: u32,
+    /// Candidates per buffer.
+    capacity: u64,
+    /// Whether the selected keys are sorted afterwards (they come out in level order).
+    sort_output: bool,
+}
+
+impl RadixPlan {
+    pub(super) fn new(n: u64, multiprocessors: u32, sort_output: bool) -> Self {
+        let blocks = n
+            .div_ceil(RADIX_TILE)
+            .min((multiprocessors * RADIX_BLOCKS_PER_SM) as u64)
+            .min(MAX_RADIX_BLOCKS as u64);
+        Self { blocks: blocks as u32, capacity: (n / CAPACITY_DIVISOR).max(RADIX_TILE), sort_output }
+    }
+}
+
+/// Where the radix-select top-k keeps its state in a workspace.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct RadixWorkspace {
+    levels: usize,
+    totals: usize,
+    /// Bytes from the start that are cleared before the first launch (levels and totals).
+    cleared: usize,
+    cumulative: usize,
+    better_offsets: usize,
+    tie_offsets: usize,
+    buffer_keys: [usize; 2],
+    buffer_indices: [usize; 2],
+    /// The unsorted selection, when it is sorted into the output afterwards, and the
+    /// sort's scratch (more than 2048 keys).
+    staging_keys: [usize; 2],
+    staging_indices: [usize; 2],
+    pub(super) bytes: usize,
+}
+
+impl RadixWorkspace {
+    pub(super) fn new(plan: &RadixPlan, k: usize, key_bytes: usize) -> Self {
+        let mut carver = WorkspaceCarver::default();
+        let levels = carver.region(LEVEL_SLOTS * size_of::<RadixLevel>());
+        let totals = carver.region(LEVEL_SLOTS * BUCKETS * 8);
+        let cleared = carver.bytes();
+        let blocks = plan.blocks as usize;
+        let cumulative = carver.region(blocks * BUCKETS * 4);
+        let better_offsets = carver.region(blocks * 8);
+        let tie_offsets = carver.region(blocks * 8);
+        let capacity = plan.capacity as usize;
+        let buffer_keys = [carver.region(capacity * key_bytes), carver.region(capacity * key_bytes)];
+        let buffer_indices = [carver.region(capacity * 8), carver.region(capacity * 8)];
+        let staged = if plan.sort_output { k } else { 0 };
+        let scratch = if staged > MAX_SMALL_SORT_LEN { k } else { 0 };
+        let staging_keys = [carver.region(staged * key_bytes), carver.region(scratch * key_bytes)];
+        let staging_indices = [carver.region(staged * 8), carver.region(scratch * 8)];
+        Self {
+            levels,
+            totals,
+            cleared,
+            cumulative,
+            better_offsets,
+            tie_offsets,
+            buffer_keys,
+            buffer_indices,
+            staging_keys,
+            staging_indices,
+            bytes: carver.bytes(),
+        }
+    }
+}
+
+impl Gpu {
+    /// Queues the radix-select top-k (kernel docs: `gpu_select_kernels::topk::radix`):
+    /// count, choose and filter per level, without reading anything back.
+    pub(super) fn run_radix<K: SelectKey>(
+        &self,
+        data: &DeviceBuffer<K>,
+        k: usize,
+        order: Order,
+        plan: &RadixPlan,
+        workspace_base: u64,
+        out: &mut TopK<K>,
+    ) -> Result<()> {
+        let layout = RadixWorkspace::new(plan, k, size_of::<K>());
+        let at = |offset: usize| workspace_base + offset as u64;
+        let (keys_out, indices_out) = if plan.sort_output {
+            (at(layout.staging_keys[0]), at(layout.staging_indices[0]))
+        } else {
+            (out.values.global_ptr().address(), out.indices.global_ptr().address())
+        };
+        self.clear_on_device(workspace_base, layout.cleared)?;
+        let mut params = RadixParams {
+            data: data.global_ptr(),
+            len: data.len() as u64,
+            k: k as u64,
+            keys_out: GlobalPtr::from_address(keys_out),
+            indices_out: GlobalPtr::from_address(indices_out),
+            levels: GlobalPtr::from_address(at(layout.levels)),
+            totals: GlobalPtr::from_address(at(layout.totals)),
+            cumulative: GlobalPtr::from_address(at(layout.cumulative)),
+            better_offsets: GlobalPtr::from_address(at(layout.better_offsets)),
+            tie_offsets: GlobalPtr::from_address(at(layout.tie_offsets)),
+            buffer_keys: layout.buffer_keys.map(|offset| GlobalPtr::from_address(at(offset))),
+            buffer_indices: layout.buffer_indices.map(|offset| GlobalPtr::from_address(at(offset))),
+            capacity: plan.capacity,
+            blocks: plan.blocks,
+            level: 0,
+            order: order.to_raw(),
+            reserved: 0,
+        };
+        let pass = LaunchShape {
+            grid: (plan.blocks, 1),
+            block_threads: RADIX_THREADS,
+            shared_bytes: RadixPassLayout::new().bytes,
+        };
+        let choose = LaunchShape {
+            grid: (1, 1),
+            block_threads: RADIX_THREADS,
+            shared_bytes: RadixChooseLayout::new().bytes,
+        };
+        for level in 0..levels_of::<K>() {
+            params.level = level;
+            self.launch(K::RADIX_COUNT, pass, params)?;
+            self.launch(K::RADIX_CHOOSE, choose, params)?;
+            self.launch(K::RADIX_FILTER, pass, params)?;
+        }
+        if plan.sort_output {
+            // Ties with each other come out in index order (equal keys share every level),
+            // and the sort is stable: ties stay lowest index first.
+            self.launch_sort_pairs(
+                Pairs::<K>::at(keys_out, indices_out),
+                Pairs::at(at(layout.staging_keys[1]), at(layout.staging_indices[1])),
+                Pairs::at(out.values.global_ptr().address(), out.indices.global_ptr().address()),
+                k as u64,
+                order,
+            )?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plans_fit_the_kernels_limits() {
+        for n in [1u64, 2048, 2049, 1 << 20, 1 << 28, 1 << 33] {
+            let plan = RadixPlan::new(n, 132, false);
+            assert!(plan.blocks >= 1 && plan.blocks <= MAX_RADIX_BLOCKS, "{n}: {plan:?}");
+            assert!(plan.capacity >= RADIX_TILE);
+            // Per-block counts are 32-bit.
+            let per_block = n.div_ceil(RADIX_TILE).div_ceil(plan.blocks as u64) * RADIX_TILE;
+            assert!(per_block < 1 << 32, "{n}: {plan:?}");
+        }
+    }
+}
