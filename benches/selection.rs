@@ -107,18 +107,24 @@ fn bench_top_k<K: SelectKey>(
     criterion: &mut Criterion,
     gpu: &Gpu,
     data: &DeviceBuffer<K>,
-    k: usize,
+    (k, options): (usize, TopKOptions),
     label: &str,
     floor_ms: f64,
     cases: &mut Vec<Case>,
 ) {
     let n = data.len();
-    let options = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::Bitonic);
     let bytes = gpu.top_k_workspace_bytes::<K>(n, k, &options).unwrap();
     let mut workspace = gpu.alloc_zeroed::<u8>(bytes).unwrap();
     let mut out =
         TopK { values: gpu.alloc_zeroed::<K>(k).unwrap(), indices: gpu.alloc_zeroed::<u64>(k).unwrap() };
-    let name = format!("bitonic {} n=2^{} k={k} {label}", K::NAME, n.trailing_zeros());
+    let algorithm = match options.algorithm {
+        Algorithm::Bitonic => "bitonic",
+        Algorithm::RadixSelect => "radix",
+        Algorithm::BlockSort => "block-sort",
+        _ => "auto",
+    };
+    let sorted = if options.sorted { "" } else { " unsorted" };
+    let name = format!("{algorithm}{sorted} {} n=2^{} k={k} {label}", K::NAME, n.trailing_zeros());
     let mut samples = Samples::default();
     let mut group = criterion.benchmark_group("top_k");
     group.throughput(Throughput::Bytes(data.bytes() as u64));
@@ -260,7 +266,9 @@ fn main() {
         .configure_from_args();
     let mut cases = Vec::new();
     let sizes = [20u32, 24, 28];
-    let total = sizes.len() * 7 + 3;
+    let bitonic = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::Bitonic);
+    let radix = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::RadixSelect);
+    let total = sizes.len() * 10 + 3 + 6;
     let mut step = 0;
     for log_n in sizes {
         let n = 1usize << log_n;
@@ -281,10 +289,15 @@ fn main() {
             eprintln!("[{step}/{total}] sort_segments f32 n=2^{log_n} segments of {segment_len}");
             bench_sort(&mut criterion, &gpu, &keys, segment_len, floor_ms, &mut cases);
         }
-        for k in [1, 32, 256] {
+        let mut top_k_cases =
+            vec![(1, bitonic), (32, bitonic), (256, bitonic), (32, radix), (256, radix), (1024, radix)];
+        if log_n == 28 {
+            top_k_cases.extend([(262_144, radix), (262_144, radix.with_sorted(false))]);
+        }
+        for (k, options) in top_k_cases {
             step += 1;
-            eprintln!("[{step}/{total}] top_k f32 n=2^{log_n} k={k} uniform");
-            bench_top_k(&mut criterion, &gpu, &keys, k, "uniform", floor_ms, &mut cases);
+            eprintln!("[{step}/{total}] top_k f32 n=2^{log_n} k={k} {:?} uniform", options.algorithm);
+            bench_top_k(&mut criterion, &gpu, &keys, (k, options), "uniform", floor_ms, &mut cases);
         }
         if log_n == 28 {
             drop(keys);
@@ -298,10 +311,12 @@ fn main() {
             for (label, values) in
                 [("ascending", ascending), ("all-equal", all_equal), ("bucket-killer", killer)]
             {
-                step += 1;
-                eprintln!("[{step}/{total}] top_k f32 n=2^{log_n} k=32 {label}");
                 let data = gpu.upload(&values).unwrap();
-                bench_top_k(&mut criterion, &gpu, &data, 32, label, floor_ms, &mut cases);
+                for (k, options) in [(32, bitonic), (1024, radix)] {
+                    step += 1;
+                    eprintln!("[{step}/{total}] top_k f32 n=2^{log_n} k={k} {:?} {label}", options.algorithm);
+                    bench_top_k(&mut criterion, &gpu, &data, (k, options), label, floor_ms, &mut cases);
+                }
             }
         }
     }

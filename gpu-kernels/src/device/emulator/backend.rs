@@ -1,5 +1,6 @@
-//! The device layer's functions as the emulator serves them: each reads the calling host
-//! thread's emulated identity (block, thread, barrier count) from thread-local storage.
+//! The device layer's functions as the emulator serves them: each reads the running emulated
+//! thread's identity (block, thread, barrier count) from thread-local storage, which the
+//! scheduler swaps whenever it switches threads.
 
 extern crate std;
 
@@ -30,6 +31,18 @@ pub(super) fn enter(block: Arc<BlockState>, thread: u32) {
 
 pub(super) fn leave() {
     CONTEXT.with(|context| *context.borrow_mut() = None);
+}
+
+/// The calling emulated thread's identity, taken out of the host thread while it is
+/// switched out (the block's other threads run on the same host thread).
+pub(super) struct SavedContext(Option<ThreadContext>);
+
+pub(super) fn save() -> SavedContext {
+    SavedContext(CONTEXT.with(|context| context.borrow_mut().take()))
+}
+
+pub(super) fn restore(saved: SavedContext) {
+    CONTEXT.with(|context| *context.borrow_mut() = saved.0);
 }
 
 /// Runs `f` with the calling thread's context; outside an emulated launch there is none.
@@ -73,8 +86,8 @@ pub fn lanemask_lt() -> u32 {
 }
 
 pub unsafe fn sync_threads() {
-    // The context is not borrowed while waiting, so that other code on this thread can
-    // still read it (it cannot: but a RefCell held across a blocking wait is a trap).
+    // The context is not borrowed while waiting: the other threads of the block run on
+    // this host thread meanwhile and swap it.
     let (block, thread) = block_and_thread();
     block.sync_threads(thread);
     CONTEXT.with(|context| {

@@ -6,23 +6,13 @@ extern crate std;
 use std::format;
 use std::string::String;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::sync::{Mutex, MutexGuard};
 use std::vec::Vec;
 
-use super::{DEADLOCK_TIMEOUT_ENV, LaunchConfig};
+use super::{LaunchConfig, wait_turn};
 
 /// Unwinding payload of a thread that stops because another one failed (no panic message).
 pub struct Abort;
-
-/// How often a waiting thread wakes to look for failures elsewhere in the block.
-const POLL: Duration = Duration::from_millis(50);
-
-pub fn deadlock_timeout_from_env() -> Duration {
-    let seconds =
-        std::env::var(DEADLOCK_TIMEOUT_ENV).ok().and_then(|text| text.parse::<u64>().ok()).unwrap_or(60);
-    Duration::from_secs(seconds)
-}
 
 pub struct BlockState {
     pub threads: u32,
@@ -31,10 +21,11 @@ pub struct BlockState {
     failed: AtomicBool,
     failure: Mutex<Option<String>>,
     barrier: Mutex<BarrierState>,
-    barrier_wake: Condvar,
     warps: Vec<Warp>,
     pub shared: SharedMemory,
-    deadlock_timeout: Duration,
+    /// Counts every change of the block's waiting state (arrivals, departures, returns):
+    /// a scheduler round that leaves it unchanged is a deadlock.
+    progress: AtomicU64,
 }
 
 struct BarrierState {
@@ -44,7 +35,7 @@ struct BarrierState {
 }
 
 impl BlockState {
-    pub fn new(config: &LaunchConfig, block_idx: (u32, u32), deadlock_timeout: Duration) -> Self {
+    pub fn new(config: &LaunchConfig, block_idx: (u32, u32)) -> Self {
         let warp_count = config.block_threads.div_ceil(32);
         let warps = (0..warp_count)
             .map(|warp| {
@@ -59,26 +50,48 @@ impl BlockState {
             failed: AtomicBool::new(false),
             failure: Mutex::new(None),
             barrier: Mutex::new(BarrierState { waiting: 0, generation: 0, returned: 0 }),
-            barrier_wake: Condvar::new(),
             warps,
             shared: SharedMemory::new(config.shared_bytes),
-            deadlock_timeout,
+            progress: AtomicU64::new(0),
         }
     }
 
-    /// Records the first failure of the block and wakes every waiting thread so that it
-    /// can stop.
+    /// Records the first failure of the block; waiting threads stop when next resumed.
     pub fn record_failure(&self, message: String) {
         let mut failure = lock(&self.failure);
         if failure.is_none() {
             *failure = Some(message);
         }
         self.failed.store(true, Ordering::SeqCst);
-        drop(failure);
-        self.barrier_wake.notify_all();
-        for warp in &self.warps {
-            warp.wake.notify_all();
+    }
+
+    pub fn progress(&self) -> u64 {
+        self.progress.load(Ordering::SeqCst)
+    }
+
+    fn note_progress(&self) {
+        self.progress.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// What every live thread waits for, when none can move.
+    pub fn deadlock_report(&self) -> String {
+        let barrier = lock(&self.barrier);
+        let mut report = format!(
+            "deadlock: no thread can move; {} of {} threads wait at a block barrier",
+            barrier.waiting, self.threads
+        );
+        drop(barrier);
+        for (index, warp) in self.warps.iter().enumerate() {
+            let state = lock(&warp.state);
+            for group in state.groups.iter().filter(|group| !group.complete) {
+                report += &format!(
+                    "; warp {index}: a collective with mask {:#010x} waits for lanes {:#010x} that never join",
+                    group.mask,
+                    group.mask & !group.arrived
+                );
+            }
         }
+        report
     }
 
     /// Records a failure seen by the calling thread and stops it.
@@ -110,32 +123,21 @@ impl BlockState {
             ));
         }
         state.waiting += 1;
+        self.note_progress();
         if state.waiting == self.threads {
             state.waiting = 0;
             state.generation += 1;
-            drop(state);
-            self.barrier_wake.notify_all();
             return;
         }
         let generation = state.generation;
-        let started = Instant::now();
+        drop(state);
         loop {
-            state = self.barrier_wake.wait_timeout(state, POLL).unwrap_or_else(|e| e.into_inner()).0;
-            if state.generation != generation {
+            // Never hold a lock across a switch: the other threads run on this host thread.
+            wait_turn();
+            self.stop_if_failed();
+            if lock(&self.barrier).generation != generation {
+                self.note_progress();
                 return;
-            }
-            if self.failed.load(Ordering::SeqCst) {
-                drop(state);
-                abort();
-            }
-            if started.elapsed() > self.deadlock_timeout {
-                let waiting = state.waiting;
-                drop(state);
-                self.fail(format!(
-                    "deadlock: thread {thread} waited {:?} at a block barrier where only {waiting} \
-                     of {} threads arrived",
-                    self.deadlock_timeout, self.threads
-                ));
             }
         }
     }
@@ -146,6 +148,7 @@ impl BlockState {
         state.returned += 1;
         let waiting = state.waiting;
         drop(state);
+        self.note_progress();
         if waiting > 0 {
             self.record_failure(format!(
                 "thread {thread} returned while {waiting} thread(s) wait at a block barrier: every \
@@ -176,7 +179,6 @@ impl BlockState {
 /// The lanes of one warp and the collectives in flight among them.
 pub struct Warp {
     state: Mutex<WarpState>,
-    wake: Condvar,
     /// Completed collectives so far: two shared accesses of one warp with no collective
     /// between them are unordered.
     pub epoch: AtomicU32,
@@ -202,7 +204,6 @@ impl Warp {
     fn new(existing: u32) -> Self {
         Self {
             state: Mutex::new(WarpState { existing, returned: 0, next_id: 0, groups: Vec::new() }),
-            wake: Condvar::new(),
             epoch: AtomicU32::new(0),
         }
     }
@@ -259,9 +260,8 @@ impl Warp {
         if group.arrived == mask {
             group.complete = true;
             self.epoch.fetch_add(1, Ordering::SeqCst);
-            self.wake.notify_all();
         }
-        let started = Instant::now();
+        block.note_progress();
         loop {
             let position = state.groups.iter().position(|group| group.id == id).expect("group vanished");
             if state.groups[position].complete {
@@ -273,21 +273,11 @@ impl Warp {
                 }
                 return Ok(values);
             }
-            state = self.wake.wait_timeout(state, POLL).unwrap_or_else(|e| e.into_inner()).0;
-            if block.failed.load(Ordering::SeqCst) {
-                drop(state);
-                abort();
-            }
-            if started.elapsed() > block.deadlock_timeout {
-                let arrived =
-                    state.groups.iter().find(|group| group.id == id).map_or(0, |group| group.arrived);
-                return Err(format!(
-                    "deadlock: lane {lane} waited {:?} in a warp collective with mask {mask:#010x}; \
-                     lanes {:#010x} never joined",
-                    block.deadlock_timeout,
-                    mask & !arrived
-                ));
-            }
+            // Never hold a lock across a switch: the other lanes run on this host thread.
+            drop(state);
+            wait_turn();
+            block.stop_if_failed();
+            state = lock(&self.state);
         }
     }
 
@@ -302,7 +292,6 @@ impl Warp {
             .find(|group| !group.complete && group.mask & bit != 0)
             .map(|group| group.mask);
         drop(state);
-        self.wake.notify_all();
         stuck.map(|mask| {
             format!("lane {lane} returned while a warp collective with mask {mask:#010x} waits for it")
         })

@@ -1,10 +1,11 @@
 //! The host emulator: runs the crate's kernel functions on the CPU.
 //!
-//! Each GPU thread of a block is a host thread; blocks run one after another. Barriers,
-//! warp collectives, dynamic shared memory and atomics are emulated, and so the test suite
-//! runs *the same kernel code* that the PTX is built from, on machines without a GPU (CI).
-//! It is a correctness tool, not a fast path: a block of 1024 threads costs 1024 host
-//! threads.
+//! Each GPU thread of a block is a coroutine (its own stack, switched in user space); a
+//! block's threads take turns on one host thread, and blocks run one after another. A
+//! thread runs until it waits at a barrier or warp collective, then the next one runs.
+//! Barriers, warp collectives, dynamic shared memory and atomics are emulated, and so the
+//! test suite runs *the same kernel code* that the PTX is built from, on machines without a
+//! GPU (CI). It is a correctness tool, not a fast path.
 //!
 //! Beyond running the code, the emulator reports what would be undefined behaviour or a
 //! hang on a GPU, and fails the launch with a message naming the thread:
@@ -12,8 +13,9 @@
 //! * a thread that returns while others wait at [`sync_threads`](super::sync_threads), or
 //!   reaches a barrier after another thread returned;
 //! * a warp collective whose mask omits the caller, names lanes that do not exist or have
-//!   returned, or that some lane of its mask never joins (a deadlock, reported after
-//!   [`DEADLOCK_TIMEOUT_ENV`] seconds, 60 by default);
+//!   returned, or that some lane of its mask never joins;
+//! * a deadlock: a round in which every live thread waits and none can move (found at once,
+//!   with what each waits for);
 //! * a read of dynamic shared memory that nothing wrote, or an access past the bytes the
 //!   launch asked for or past a region;
 //! * two threads of different warps touching the same shared word between two barriers when
@@ -44,16 +46,15 @@ mod block;
 #[cfg(test)]
 mod tests;
 
+use std::cell::{Cell, RefCell};
 use std::format;
 use std::string::{String, ToString};
 use std::sync::Arc;
-use std::thread;
+use std::vec::Vec;
 
 use block::{Abort, BlockState};
-
-/// Environment variable: seconds a thread may wait at a barrier or warp collective before
-/// the emulator declares a deadlock.
-pub const DEADLOCK_TIMEOUT_ENV: &str = "GPU_SELECT_EMULATOR_DEADLOCK_SECS";
+use corosensei::stack::DefaultStack;
+use corosensei::{Coroutine, CoroutineResult, Yielder};
 
 /// The most threads a block may have (as on every CUDA GPU).
 pub const MAX_BLOCK_THREADS: u32 = 1024;
@@ -63,6 +64,26 @@ pub const MAX_SHARED_BYTES: usize = 227 * 1024;
 
 /// Stack of each emulated thread. Kernel code keeps small register arrays on the stack.
 const THREAD_STACK_BYTES: usize = 256 * 1024;
+
+std::thread_local! {
+    /// The running emulated thread's way back to the scheduler.
+    static YIELDER: Cell<*const Yielder<(), ()>> = const { Cell::new(core::ptr::null()) };
+    /// Stacks of finished emulated threads, reused by the next block.
+    static STACKS: RefCell<Vec<DefaultStack>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Gives the host thread to the block's next emulated thread; returns when the scheduler
+/// comes back to this one. Called by threads that wait (barriers, warp collectives).
+fn wait_turn() {
+    let yielder = YIELDER.with(Cell::get);
+    assert!(!yielder.is_null(), "an emulated thread waited outside a launch");
+    let context = backend::save();
+    // The yielder belongs to this thread's coroutine, which is suspended (not dropped)
+    // until the scheduler resumes it here.
+    unsafe { (*yielder).suspend(()) };
+    YIELDER.with(|cell| cell.set(yielder));
+    backend::restore(context);
+}
 
 /// The shape of an emulated launch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,15 +114,6 @@ impl std::error::Error for EmulatorError {}
 /// Runs `kernel` once per thread of the grid described by `config`, with the device layer
 /// answering from the emulated block. Blocks run one at a time, in order.
 pub fn launch(config: &LaunchConfig, kernel: &(dyn Fn() + Sync)) -> Result<(), EmulatorError> {
-    launch_with_deadlock_timeout(config, block::deadlock_timeout_from_env(), kernel)
-}
-
-/// [`launch`] with an explicit deadlock timeout instead of [`DEADLOCK_TIMEOUT_ENV`].
-pub fn launch_with_deadlock_timeout(
-    config: &LaunchConfig,
-    deadlock_timeout: std::time::Duration,
-    kernel: &(dyn Fn() + Sync),
-) -> Result<(), EmulatorError> {
     let error = |message: String| Err(EmulatorError { message });
     if config.block_threads == 0 || config.block_threads > MAX_BLOCK_THREADS {
         return error(format!(
@@ -120,41 +132,69 @@ pub fn launch_with_deadlock_timeout(
     }
     for block_y in 0..config.grid.1 {
         for block_x in 0..config.grid.0 {
-            run_block(config, (block_x, block_y), deadlock_timeout, kernel)?;
+            run_block(config, (block_x, block_y), kernel)?;
         }
     }
     Ok(())
 }
 
+type Thread = Coroutine<(), (), (), DefaultStack>;
+
+/// Runs one block: its threads in turns (round robin) until all have returned. A round in
+/// which no thread changes the block's waiting state is a deadlock: the block fails, and
+/// the waiting threads stop at their next turn.
 fn run_block(
     config: &LaunchConfig,
     block_idx: (u32, u32),
-    deadlock_timeout: std::time::Duration,
     kernel: &(dyn Fn() + Sync),
 ) -> Result<(), EmulatorError> {
-    let block = Arc::new(BlockState::new(config, block_idx, deadlock_timeout));
-    thread::scope(|scope| {
-        for thread_idx in 0..config.block_threads {
+    let block = Arc::new(BlockState::new(config, block_idx));
+    // The coroutines borrow `kernel` for no longer than this function: they all finish
+    // (or are dropped, unwinding their stacks) before it returns.
+    let kernel: &'static (dyn Fn() + Sync) = unsafe { core::mem::transmute(kernel) };
+    let mut threads: Vec<Option<Thread>> = (0..config.block_threads)
+        .map(|thread_idx| {
             let block = Arc::clone(&block);
-            thread::Builder::new()
-                .name(format!("gpu-emu b{}.{} t{thread_idx}", block_idx.0, block_idx.1))
-                .stack_size(THREAD_STACK_BYTES)
-                .spawn_scoped(scope, move || {
-                    backend::enter(Arc::clone(&block), thread_idx);
-                    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(kernel));
-                    match outcome {
-                        Ok(()) => block.thread_returned(thread_idx),
-                        Err(payload) if payload.is::<Abort>() => {}
-                        Err(payload) => {
-                            let reason = panic_message(payload.as_ref());
-                            block.record_failure(format!("thread {thread_idx} panicked: {reason}"));
-                        }
+            let stack = STACKS.with(|stacks| stacks.borrow_mut().pop()).unwrap_or_else(|| {
+                DefaultStack::new(THREAD_STACK_BYTES).expect("the emulator could not map a thread stack")
+            });
+            Some(Coroutine::with_stack(stack, move |yielder: &Yielder<(), ()>, ()| {
+                YIELDER.with(|cell| cell.set(yielder));
+                backend::enter(Arc::clone(&block), thread_idx);
+                let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(kernel));
+                match outcome {
+                    Ok(()) => block.thread_returned(thread_idx),
+                    Err(payload) if payload.is::<Abort>() => {}
+                    Err(payload) => {
+                        let reason = panic_message(payload.as_ref());
+                        block.record_failure(format!("thread {thread_idx} panicked: {reason}"));
                     }
-                    backend::leave();
-                })
-                .expect("the emulator could not start a host thread");
+                }
+                backend::leave();
+            }))
+        })
+        .collect();
+    loop {
+        let progress = block.progress();
+        let mut waiting = 0;
+        for slot in threads.iter_mut() {
+            let Some(thread) = slot else { continue };
+            match thread.resume(()) {
+                CoroutineResult::Yield(()) => waiting += 1,
+                CoroutineResult::Return(()) => {
+                    let thread = slot.take().expect("a thread that just ran");
+                    STACKS.with(|stacks| stacks.borrow_mut().push(thread.into_stack()));
+                }
+            }
         }
-    });
+        if waiting == 0 {
+            break;
+        }
+        if block.progress() == progress && block.failure().is_none() {
+            block.record_failure(block.deadlock_report());
+        }
+    }
+    YIELDER.with(|cell| cell.set(core::ptr::null()));
     match block.failure() {
         None => Ok(()),
         Some(message) => {
