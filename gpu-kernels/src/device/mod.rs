@@ -168,6 +168,16 @@ pub unsafe fn sync_threads() {
     unsafe { backend::sync_threads() }
 }
 
+/// Block barrier that also reduces (`bar.red.or.pred`): as [`sync_threads`], and returns
+/// whether `predicate` was true in any thread of the block.
+///
+/// # Safety
+/// *Block-wide*, as [`sync_threads`].
+#[inline(always)]
+pub unsafe fn sync_threads_or(predicate: bool) -> bool {
+    unsafe { backend::sync_threads_or(predicate) }
+}
+
 /// Warp barrier (`bar.warp.sync mask`), also a memory fence among the lanes of `mask`.
 ///
 /// # Safety

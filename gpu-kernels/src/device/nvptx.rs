@@ -31,6 +31,8 @@ unsafe extern "C" {
     fn vote_ballot_sync(mask: i32, predicate: bool) -> i32;
     #[link_name = "llvm.nvvm.match.any.sync.i32"]
     fn match_any_sync_i32(mask: i32, value: i32) -> i32;
+    #[link_name = "llvm.nvvm.barrier0.or"]
+    fn barrier0_or(predicate: i32) -> i32;
 }
 
 /// The `c` operand of `shfl.sync` for idx, down and bfly: clamp at lane 31, whole warp.
@@ -79,6 +81,10 @@ pub fn lanemask_lt() -> u32 {
 #[inline(always)]
 pub unsafe fn sync_threads() {
     unsafe { nvptx::_syncthreads() }
+}
+#[inline(always)]
+pub unsafe fn sync_threads_or(predicate: bool) -> bool {
+    unsafe { barrier0_or(predicate as i32) != 0 }
 }
 #[inline(always)]
 pub unsafe fn sync_warp(mask: u32) {

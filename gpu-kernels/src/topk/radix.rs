@@ -327,10 +327,17 @@ impl<K: Key> Storage<K> {
 }
 
 /// One tile's inputs in registers: input `tile_start + 256·i + thread` in item `i`.
+#[derive(Clone, Copy)]
 struct Tile<K> {
     keys: [K; ITEMS],
     indices: [u64; ITEMS],
     valid: [bool; ITEMS],
+}
+
+impl<K: Key> Tile<K> {
+    fn empty() -> Self {
+        Self { keys: [K::default(); ITEMS], indices: [0; ITEMS], valid: [false; ITEMS] }
+    }
 }
 
 /// Loads a tile of `storage` (inputs at or past `end` are marked invalid). All loads issue
@@ -353,9 +360,11 @@ unsafe fn load_tile<K: Key>(storage: &Storage<K>, tile_start: u64, end: u64) -> 
     tile
 }
 
-/// Adds one to `digit`'s bucket for each lane with `counted`. A warp whose lanes all count
-/// the same digit adds 32 once (all-equal and sorted inputs would otherwise serialise 32
-/// atomics on one address).
+/// Adds one to `digit`'s bucket for each lane with `counted`, one atomic per distinct digit
+/// of the warp: lanes with the same digit find each other (`match.any`) and the lowest adds
+/// for all. Skewed digits (the exponent byte of floats, sorted or all-equal inputs) would
+/// otherwise serialise up to 32 atomics on one address. A warp whose lanes all count the
+/// same digit skips the match.
 ///
 /// # Safety
 /// All lanes of the warp call together.
@@ -367,8 +376,12 @@ unsafe fn count_digit(histogram: &SharedSlice<u32>, counted: bool, digit: u32) {
         if device::lane_id() == 0 {
             unsafe { histogram.atomic_add(digit as usize, 32) };
         }
-    } else if counted {
-        unsafe { histogram.atomic_add(digit as usize, 1) };
+    } else {
+        let peers =
+            unsafe { device::match_any_u32(device::FULL_WARP, if counted { digit } else { u32::MAX }) };
+        if counted && peers & device::lanemask_lt() == 0 {
+            unsafe { histogram.atomic_add(digit as usize, peers.count_ones()) };
+        }
     }
 }
 
@@ -444,9 +457,14 @@ pub unsafe fn count<K: Key>(params: RadixParams<K>) {
 
     let storage = Storage::of(&params, &level);
     let (start, end) = storage.block_range(params.blocks);
+    // Tile t + 1 is loaded before tile t is worked on, so its loads are in flight meanwhile.
     let mut tile_start = start;
+    let mut next = if start < end { unsafe { load_tile(&storage, start, end) } } else { Tile::empty() };
     while tile_start < end {
-        let tile = unsafe { load_tile(&storage, tile_start, end) };
+        let tile = next;
+        if tile_start + RADIX_TILE < end {
+            next = unsafe { load_tile(&storage, tile_start + RADIX_TILE, end) };
+        }
         for i in 0..ITEMS {
             let rank = rank_of(tile.keys[i], largest);
             let counted =
@@ -631,6 +649,8 @@ pub unsafe fn filter<K: Key>(params: RadixParams<K>) {
         _ => None,
     };
 
+    // Ties are written somewhere only when the next level is buffered or this one is last.
+    let places_ties = buffer.is_some() || level.decision.last != 0;
     let storage = Storage::of(&params, &level);
     let (start, end) = storage.block_range(params.blocks);
     let block = device::block_idx_x() as u64;
@@ -639,13 +659,19 @@ pub unsafe fn filter<K: Key>(params: RadixParams<K>) {
     let warp = device::warp_id() as usize;
     let below_lane = device::lanemask_lt();
     let mut parity = 0;
+    // Tile t + 1 is loaded before tile t is worked on, so its loads are in flight meanwhile.
     let mut tile_start = start;
+    let mut next = if start < end { unsafe { load_tile(&storage, start, end) } } else { Tile::empty() };
     while tile_start < end {
-        let tile = unsafe { load_tile(&storage, tile_start, end) };
+        let tile = next;
+        if tile_start + RADIX_TILE < end {
+            next = unsafe { load_tile(&storage, tile_start + RADIX_TILE, end) };
+        }
         let mut is_better = [false; ITEMS];
         let mut is_tie = [false; ITEMS];
         let mut better_votes = [0u32; ITEMS];
         let mut tie_votes = [0u32; ITEMS];
+        let mut to_place = false;
         let counts = parity * TILE_COUNT_SET;
         unroll_items!(i => {
             let rank = rank_of(tile.keys[i], largest);
@@ -654,6 +680,7 @@ pub unsafe fn filter<K: Key>(params: RadixParams<K>) {
             let digit = digit_of::<K>(rank, level_index);
             is_better[i] = member && digit < level.decision.target;
             is_tie[i] = member && digit == level.decision.target;
+            to_place |= is_better[i] || (is_tie[i] && places_ties);
             better_votes[i] = unsafe { device::ballot(device::FULL_WARP, is_better[i]) };
             tie_votes[i] = unsafe { device::ballot(device::FULL_WARP, is_tie[i]) };
             if device::lane_id() == 0 {
@@ -665,51 +692,53 @@ pub unsafe fn filter<K: Key>(params: RadixParams<K>) {
                 unsafe { count_digit(&histogram, is_tie[i], next_digit) };
             }
         });
-        unsafe { device::sync_threads() };
-        // Warp 0 turns the (item, warp) counts into exclusive offsets, in input order.
-        if warp == 0 {
-            let lane = device::lane_id() as usize;
-            let (a, b) =
-                unsafe { (tile_counts.load(counts + 2 * lane), tile_counts.load(counts + 2 * lane + 1)) };
-            let inclusive = unsafe { warp::inclusive_scan_add_u32(a + b) };
-            let exclusive = inclusive - a - b;
-            unsafe {
-                tile_counts.store(counts + 2 * lane, exclusive);
-                tile_counts.store(counts + 2 * lane + 1, exclusive + a);
-                if lane == 31 {
-                    tile_counts.store(counts + ITEMS * WARPS, inclusive);
-                }
-            }
-        }
-        unsafe { device::sync_threads() };
-        // Unrolled by hand: as a loop, LLVM keeps the tile's arrays in local memory.
-        unroll_items!(i => {
-            if is_better[i] || is_tie[i] {
-                let offset = unsafe { tile_counts.load(counts + i * WARPS + warp) };
-                if is_better[i] {
-                    let rank =
-                        better_seen + (offset & 0xffff) as u64 + (better_votes[i] & below_lane).count_ones() as u64;
-                    unsafe { emit(&params, level.written + rank, tile.keys[i], tile.indices[i]) };
-                } else {
-                    let rank = ties_seen + (offset >> 16) as u64 + (tie_votes[i] & below_lane).count_ones() as u64;
-                    if level.decision.last != 0 {
-                        if rank < level.decision.ties_taken {
-                            let at = level.written + level.decision.better + rank;
-                            unsafe { emit(&params, at, tile.keys[i], tile.indices[i]) };
-                        }
-                    } else if let Some((keys, indices)) = buffer {
-                        unsafe {
-                            keys.write(rank, tile.keys[i]);
-                            indices.write(rank, tile.indices[i]);
-                        }
+        // Most tiles of most levels send nothing anywhere: one barrier (with a vote) and on.
+        if unsafe { device::sync_threads_or(to_place) } {
+            // Warp 0 turns the (item, warp) counts into exclusive offsets, in input order.
+            if warp == 0 {
+                let lane = device::lane_id() as usize;
+                let (a, b) =
+                    unsafe { (tile_counts.load(counts + 2 * lane), tile_counts.load(counts + 2 * lane + 1)) };
+                let inclusive = unsafe { warp::inclusive_scan_add_u32(a + b) };
+                let exclusive = inclusive - a - b;
+                unsafe {
+                    tile_counts.store(counts + 2 * lane, exclusive);
+                    tile_counts.store(counts + 2 * lane + 1, exclusive + a);
+                    if lane == 31 {
+                        tile_counts.store(counts + ITEMS * WARPS, inclusive);
                     }
                 }
             }
-        });
-        let total = unsafe { tile_counts.load(counts + ITEMS * WARPS) };
-        better_seen += (total & 0xffff) as u64;
-        ties_seen += (total >> 16) as u64;
-        parity ^= 1;
+            unsafe { device::sync_threads() };
+            // Unrolled by hand: as a loop, LLVM keeps the tile's arrays in local memory.
+            unroll_items!(i => {
+                if is_better[i] || is_tie[i] {
+                    let offset = unsafe { tile_counts.load(counts + i * WARPS + warp) };
+                    if is_better[i] {
+                        let rank =
+                            better_seen + (offset & 0xffff) as u64 + (better_votes[i] & below_lane).count_ones() as u64;
+                        unsafe { emit(&params, level.written + rank, tile.keys[i], tile.indices[i]) };
+                    } else {
+                        let rank = ties_seen + (offset >> 16) as u64 + (tie_votes[i] & below_lane).count_ones() as u64;
+                        if level.decision.last != 0 {
+                            if rank < level.decision.ties_taken {
+                                let at = level.written + level.decision.better + rank;
+                                unsafe { emit(&params, at, tile.keys[i], tile.indices[i]) };
+                            }
+                        } else if let Some((keys, indices)) = buffer {
+                            unsafe {
+                                keys.write(rank, tile.keys[i]);
+                                indices.write(rank, tile.indices[i]);
+                            }
+                        }
+                    }
+                }
+            });
+            let total = unsafe { tile_counts.load(counts + ITEMS * WARPS) };
+            better_seen += (total & 0xffff) as u64;
+            ties_seen += (total >> 16) as u64;
+            parity ^= 1;
+        }
         tile_start += RADIX_TILE;
     }
     if count_next {

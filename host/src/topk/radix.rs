@@ -13,8 +13,9 @@ use crate::gpu::{Gpu, LaunchShape};
 use crate::sort::Pairs;
 use crate::{MAX_SMALL_SORT_LEN, Order, SelectKey};
 
-/// Blocks per multiprocessor of the count and filter passes.
-const RADIX_BLOCKS_PER_SM: u32 = 4;
+/// Blocks per multiprocessor of the count and filter passes: as many as fit at once (the
+/// filter kernel needs about 128 registers per thread with 32-bit keys).
+const RADIX_BLOCKS_PER_SM: u32 = 2;
 /// Each candidate buffer holds `n / CAPACITY_DIVISOR` candidates (at least one tile); a
 /// larger target bucket is read from the data again instead.
 const CAPACITY_DIVISOR: u64 = 32;

@@ -86,15 +86,20 @@ pub fn lanemask_lt() -> u32 {
 }
 
 pub unsafe fn sync_threads() {
+    unsafe { sync_threads_or(false) };
+}
+
+pub unsafe fn sync_threads_or(predicate: bool) -> bool {
     // The context is not borrowed while waiting: the other threads of the block run on
     // this host thread meanwhile and swap it.
     let (block, thread) = block_and_thread();
-    block.sync_threads(thread);
+    let any = block.sync_threads(thread, predicate);
     CONTEXT.with(|context| {
         if let Some(context) = context.borrow_mut().as_mut() {
             context.barriers_passed = context.barriers_passed.wrapping_add(1);
         }
     });
+    any
 }
 
 fn exchange(mask: u32, value: u64) -> [u64; 32] {

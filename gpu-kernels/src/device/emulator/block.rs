@@ -32,6 +32,11 @@ struct BarrierState {
     waiting: u32,
     generation: u64,
     returned: u32,
+    /// OR of the predicates of the threads waiting at the current barrier.
+    any: bool,
+    /// The OR of each finished barrier, by generation parity: a thread reads its barrier's
+    /// after the next one may already have started filling the other slot.
+    results: [bool; 2],
 }
 
 impl BlockState {
@@ -49,7 +54,13 @@ impl BlockState {
             grid: config.grid,
             failed: AtomicBool::new(false),
             failure: Mutex::new(None),
-            barrier: Mutex::new(BarrierState { waiting: 0, generation: 0, returned: 0 }),
+            barrier: Mutex::new(BarrierState {
+                waiting: 0,
+                generation: 0,
+                returned: 0,
+                any: false,
+                results: [false; 2],
+            }),
             warps,
             shared: SharedMemory::new(config.shared_bytes),
             progress: AtomicU64::new(0),
@@ -110,8 +121,9 @@ impl BlockState {
         }
     }
 
-    /// `bar.sync`: returns once every thread of the block has arrived.
-    pub fn sync_threads(&self, thread: u32) {
+    /// `bar.sync` (`bar.red.or`): returns once every thread of the block has arrived, with
+    /// whether any of them brought a true `predicate`.
+    pub fn sync_threads(&self, thread: u32, predicate: bool) -> bool {
         self.stop_if_failed();
         let mut state = lock(&self.barrier);
         if state.returned > 0 {
@@ -123,21 +135,26 @@ impl BlockState {
             ));
         }
         state.waiting += 1;
+        state.any |= predicate;
         self.note_progress();
+        let generation = state.generation;
+        let slot = (generation % 2) as usize;
         if state.waiting == self.threads {
+            state.results[slot] = state.any;
+            state.any = false;
             state.waiting = 0;
             state.generation += 1;
-            return;
+            return state.results[slot];
         }
-        let generation = state.generation;
         drop(state);
         loop {
             // Never hold a lock across a switch: the other threads run on this host thread.
             wait_turn();
             self.stop_if_failed();
-            if lock(&self.barrier).generation != generation {
+            let state = lock(&self.barrier);
+            if state.generation != generation {
                 self.note_progress();
-                return;
+                return state.results[slot];
             }
         }
     }

@@ -136,6 +136,23 @@ fn reports_a_lane_that_never_joins_a_collective() {
 }
 
 #[test]
+fn barrier_with_a_vote_reports_any_true_predicate() {
+    let results: Vec<AtomicU32> = (0..96).map(|_| AtomicU32::new(0)).collect();
+    launch(&config(2, 96, 0), &|| unsafe {
+        let thread = device::thread_idx_x();
+        let none = device::sync_threads_or(false);
+        let last_only = device::sync_threads_or(thread == 95 && device::block_idx_x() == 1);
+        let all = device::sync_threads_or(true);
+        if device::block_idx_x() == 1 {
+            results[thread as usize]
+                .store(none as u32 | (last_only as u32) << 1 | (all as u32) << 2, Ordering::SeqCst);
+        }
+    })
+    .unwrap();
+    assert!(results.iter().all(|r| r.load(Ordering::SeqCst) == 0b110));
+}
+
+#[test]
 fn warp_collectives_under_divergent_masks() {
     let results: Vec<AtomicU32> = (0..32).map(|_| AtomicU32::new(0)).collect();
     launch(&config(1, 32, 0), &|| unsafe {
