@@ -92,7 +92,7 @@ fn the_intended_instructions_are_emitted() {
     assert!(sort.contains("ld.shared") && sort.contains("st.shared"), "the sort works in shared memory");
     assert!(!sort.contains(".local"), "the sort keeps no array in local memory");
     let filter = entry_body(ptx, "radix_filter_f32");
-    for instruction in ["bar.red.or", "vote.sync.ballot", "match.any.sync", "atom.shared.add.u32"] {
+    for instruction in ["bar.red.or", "vote.sync.ballot", "atom.shared.add.u32"] {
         assert!(filter.contains(instruction), "radix_filter_f32 lacks {instruction}");
     }
     let read = entry_body(ptx, "read_floor_u32");

@@ -36,9 +36,27 @@ pub trait OrderedBits: Copy + Ord + Eq + Default + Send + Sync + core::fmt::Debu
     fn to_u64(self) -> u64;
     /// Narrows from `u64` (the caller guarantees it fits).
     fn from_u64(value: u64) -> Self;
+    /// Bitwise exclusive or.
+    fn xor(self, other: Self) -> Self;
+    /// Logical shift right by `bits` (< [`OrderedBits::BITS`]).
+    fn shr(self, bits: u32) -> Self;
+    /// The low 32 bits.
+    fn low_u32(self) -> u32;
 }
 
 impl OrderedBits for u32 {
+    #[inline(always)]
+    fn xor(self, other: Self) -> Self {
+        self ^ other
+    }
+    #[inline(always)]
+    fn shr(self, bits: u32) -> Self {
+        self >> bits
+    }
+    #[inline(always)]
+    fn low_u32(self) -> u32 {
+        self
+    }
     const MIN: Self = 0;
     const MAX: Self = u32::MAX;
     const BITS: u32 = 32;
@@ -57,6 +75,18 @@ impl OrderedBits for u32 {
 }
 
 impl OrderedBits for u64 {
+    #[inline(always)]
+    fn xor(self, other: Self) -> Self {
+        self ^ other
+    }
+    #[inline(always)]
+    fn shr(self, bits: u32) -> Self {
+        self >> bits
+    }
+    #[inline(always)]
+    fn low_u32(self) -> u32 {
+        self as u32
+    }
     const MIN: Self = 0;
     const MAX: Self = u64::MAX;
     const BITS: u32 = 64;

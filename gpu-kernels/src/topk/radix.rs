@@ -265,28 +265,55 @@ pub const fn levels_of<K: Key>() -> u32 {
     <K::Bits as OrderedBits>::BITS / DIGIT_BITS
 }
 
-/// Rank bits of a key: ordered bits, complemented for "largest", widened to 64 bits.
-#[inline(always)]
-fn rank_of<K: Key>(key: K, largest: bool) -> u64 {
-    let ordered = key.to_ordered();
-    (if largest { ordered.complement() } else { ordered }).to_u64()
+/// How a level reads keys, with everything that depends only on the level computed once:
+/// rank bits (ordered bits, complemented for "largest", in the key's own width, so 32-bit
+/// keys never pay for 64-bit shifts), the level's digit, the next level's digit, and the
+/// prefix test.
+#[derive(Clone, Copy)]
+struct LevelDigits<B> {
+    flip: B,
+    shift: u32,
+    next_shift: u32,
+    check_prefix: bool,
+    prefix_shift: u32,
+    prefix: B,
 }
 
-/// Digit `level` of `rank` (level 0 is the most significant).
-#[inline(always)]
-fn digit_of<K: Key>(rank: u64, level: u32) -> u32 {
-    let shift = <K::Bits as OrderedBits>::BITS - DIGIT_BITS * (level + 1);
-    ((rank >> shift) & (BUCKETS as u64 - 1)) as u32
-}
-
-/// Whether `rank`'s digits above `level` equal `prefix`'s.
-#[inline(always)]
-fn has_prefix<K: Key>(rank: u64, prefix: u64, level: u32) -> bool {
-    if level == 0 {
-        return true;
+impl<B: OrderedBits> LevelDigits<B> {
+    /// Level `level`, whose candidates share `prefix` (rank bits widened to 64) above it;
+    /// `in_data`: the candidates are read from the data, so the prefix must be checked.
+    fn new(level: u32, prefix: u64, in_data: bool, largest: bool) -> Self {
+        let shift = B::BITS - DIGIT_BITS * (level + 1);
+        Self {
+            flip: if largest { B::MAX } else { B::MIN },
+            shift,
+            next_shift: shift.saturating_sub(DIGIT_BITS),
+            check_prefix: in_data && level > 0,
+            prefix_shift: shift + DIGIT_BITS,
+            prefix: B::from_u64(prefix),
+        }
     }
-    let shift = <K::Bits as OrderedBits>::BITS - DIGIT_BITS * level;
-    (rank >> shift) == (prefix >> shift)
+
+    #[inline(always)]
+    fn rank<K: Key<Bits = B>>(&self, key: K) -> B {
+        key.to_ordered().xor(self.flip)
+    }
+
+    #[inline(always)]
+    fn digit(&self, rank: B) -> u32 {
+        rank.shr(self.shift).low_u32() & (BUCKETS as u32 - 1)
+    }
+
+    /// The next level's digit (only meaningful below the last level).
+    #[inline(always)]
+    fn next_digit(&self, rank: B) -> u32 {
+        rank.shr(self.next_shift).low_u32() & (BUCKETS as u32 - 1)
+    }
+
+    #[inline(always)]
+    fn is_candidate(&self, rank: B) -> bool {
+        !self.check_prefix || rank.shr(self.prefix_shift) == self.prefix.shr(self.prefix_shift)
+    }
 }
 
 /// Where a level's candidates are stored, and how a launch splits them over its blocks.
@@ -341,46 +368,68 @@ impl<K: Key> Tile<K> {
 }
 
 /// Loads a tile of `storage` (inputs at or past `end` are marked invalid). All loads issue
-/// before any is used.
+/// before any is used; a full tile (all but a block's last) needs no bounds checks.
 #[inline(always)]
 unsafe fn load_tile<K: Key>(storage: &Storage<K>, tile_start: u64, end: u64) -> Tile<K> {
     let first = tile_start + device::thread_idx_x() as u64;
-    let mut tile = Tile { keys: [K::default(); ITEMS], indices: [0; ITEMS], valid: [false; ITEMS] };
-    for i in 0..ITEMS {
-        let at = first + (i as u64) * RADIX_THREADS as u64;
-        tile.valid[i] = at < end;
-        tile.keys[i] = unsafe { storage.keys.read(at.min(end - 1)) };
-        tile.indices[i] = at;
-    }
-    if !storage.indices.is_null() {
+    let mut tile = Tile::empty();
+    if tile_start + RADIX_TILE <= end {
         for i in 0..ITEMS {
-            tile.indices[i] = unsafe { storage.indices.read(tile.indices[i].min(end - 1)) };
+            let at = first + (i as u64) * RADIX_THREADS as u64;
+            tile.valid[i] = true;
+            tile.keys[i] = unsafe { storage.keys.read(at) };
+            tile.indices[i] = at;
+        }
+        if !storage.indices.is_null() {
+            for i in 0..ITEMS {
+                tile.indices[i] = unsafe { storage.indices.read(tile.indices[i]) };
+            }
+        }
+    } else {
+        for i in 0..ITEMS {
+            let at = first + (i as u64) * RADIX_THREADS as u64;
+            tile.valid[i] = at < end;
+            tile.keys[i] = unsafe { storage.keys.read(at.min(end - 1)) };
+            tile.indices[i] = at;
+        }
+        if !storage.indices.is_null() {
+            for i in 0..ITEMS {
+                tile.indices[i] = unsafe { storage.indices.read(tile.indices[i].min(end - 1)) };
+            }
         }
     }
     tile
 }
 
-/// Adds one to `digit`'s bucket for each lane with `counted`, one atomic per distinct digit
-/// of the warp: lanes with the same digit find each other (`match.any`) and the lowest adds
-/// for all. Skewed digits (the exponent byte of floats, sorted or all-equal inputs) would
-/// otherwise serialise up to 32 atomics on one address. A warp whose lanes all count the
-/// same digit skips the match.
-///
-/// # Safety
-/// All lanes of the warp call together.
-#[inline(always)]
-unsafe fn count_digit(histogram: &SharedSlice<u32>, counted: bool, digit: u32) {
-    let lane0_digit = unsafe { device::shfl_idx_u32(device::FULL_WARP, digit, 0) };
-    let uniform = unsafe { device::all(device::FULL_WARP, counted && digit == lane0_digit) };
-    if uniform {
-        if device::lane_id() == 0 {
-            unsafe { histogram.atomic_add(digit as usize, 32) };
+/// Counts digits into the block's histogram, one thread's items at a time: a run of equal
+/// digits is added with one atomic when the digit changes (CUB's run-length trick). Skewed
+/// digits (the exponent byte of floats, sorted or all-equal inputs) would otherwise
+/// serialise many atomics on one address; on spread digits it costs one compare per item.
+/// No warp collective: any thread may count any item.
+struct DigitRuns {
+    digit: u32,
+    count: u32,
+}
+
+impl DigitRuns {
+    fn new() -> Self {
+        Self { digit: 0, count: 0 }
+    }
+
+    #[inline(always)]
+    unsafe fn add(&mut self, histogram: &SharedSlice<u32>, digit: u32) {
+        if digit != self.digit {
+            unsafe { self.flush(histogram) };
+            self.digit = digit;
         }
-    } else {
-        let peers =
-            unsafe { device::match_any_u32(device::FULL_WARP, if counted { digit } else { u32::MAX }) };
-        if counted && peers & device::lanemask_lt() == 0 {
-            unsafe { histogram.atomic_add(digit as usize, peers.count_ones()) };
+        self.count += 1;
+    }
+
+    #[inline(always)]
+    unsafe fn flush(&mut self, histogram: &SharedSlice<u32>) {
+        if self.count != 0 {
+            unsafe { histogram.atomic_add(self.digit as usize, self.count) };
+            self.count = 0;
         }
     }
 }
@@ -456,6 +505,7 @@ pub unsafe fn count<K: Key>(params: RadixParams<K>) {
     unsafe { clear_histogram(&histogram) };
 
     let storage = Storage::of(&params, &level);
+    let digits = LevelDigits::<K::Bits>::new(level_index, level.prefix, storage.filter_prefix, largest);
     let (start, end) = storage.block_range(params.blocks);
     // Tile t + 1 is loaded before tile t is worked on, so its loads are in flight meanwhile.
     let mut tile_start = start;
@@ -465,12 +515,14 @@ pub unsafe fn count<K: Key>(params: RadixParams<K>) {
         if tile_start + RADIX_TILE < end {
             next = unsafe { load_tile(&storage, tile_start + RADIX_TILE, end) };
         }
-        for i in 0..ITEMS {
-            let rank = rank_of(tile.keys[i], largest);
-            let counted =
-                tile.valid[i] && (!storage.filter_prefix || has_prefix::<K>(rank, level.prefix, level_index));
-            unsafe { count_digit(&histogram, counted, digit_of::<K>(rank, level_index)) };
-        }
+        let mut runs = DigitRuns::new();
+        unroll_items!(i => {
+            let rank = digits.rank(tile.keys[i]);
+            if tile.valid[i] && digits.is_candidate(rank) {
+                unsafe { runs.add(&histogram, digits.digit(rank)) };
+            }
+        });
+        unsafe { runs.flush(&histogram) };
         tile_start += RADIX_TILE;
     }
     unsafe { publish_histogram(&params, &layout, level_index) };
@@ -652,6 +704,7 @@ pub unsafe fn filter<K: Key>(params: RadixParams<K>) {
     // Ties are written somewhere only when the next level is buffered or this one is last.
     let places_ties = buffer.is_some() || level.decision.last != 0;
     let storage = Storage::of(&params, &level);
+    let digits = LevelDigits::<K::Bits>::new(level_index, level.prefix, storage.filter_prefix, largest);
     let (start, end) = storage.block_range(params.blocks);
     let block = device::block_idx_x() as u64;
     let mut better_seen = unsafe { params.better_offsets.read(block) };
@@ -667,33 +720,40 @@ pub unsafe fn filter<K: Key>(params: RadixParams<K>) {
         if tile_start + RADIX_TILE < end {
             next = unsafe { load_tile(&storage, tile_start + RADIX_TILE, end) };
         }
+        // Classify first, with no warp collective: most tiles place nothing, and then the
+        // ballots below are skipped too.
         let mut is_better = [false; ITEMS];
         let mut is_tie = [false; ITEMS];
-        let mut better_votes = [0u32; ITEMS];
-        let mut tie_votes = [0u32; ITEMS];
         let mut to_place = false;
-        let counts = parity * TILE_COUNT_SET;
+        let mut runs = DigitRuns::new();
         unroll_items!(i => {
-            let rank = rank_of(tile.keys[i], largest);
-            let member =
-                tile.valid[i] && (!storage.filter_prefix || has_prefix::<K>(rank, level.prefix, level_index));
-            let digit = digit_of::<K>(rank, level_index);
+            let rank = digits.rank(tile.keys[i]);
+            let member = tile.valid[i] && digits.is_candidate(rank);
+            let digit = digits.digit(rank);
             is_better[i] = member && digit < level.decision.target;
             is_tie[i] = member && digit == level.decision.target;
             to_place |= is_better[i] || (is_tie[i] && places_ties);
-            better_votes[i] = unsafe { device::ballot(device::FULL_WARP, is_better[i]) };
-            tie_votes[i] = unsafe { device::ballot(device::FULL_WARP, is_tie[i]) };
-            if device::lane_id() == 0 {
-                let packed = better_votes[i].count_ones() | (tie_votes[i].count_ones() << 16);
-                unsafe { tile_counts.store(counts + i * WARPS + warp, packed) };
-            }
-            if count_next {
-                let next_digit = digit_of::<K>(rank, level_index + 1);
-                unsafe { count_digit(&histogram, is_tie[i], next_digit) };
+            if count_next && is_tie[i] {
+                unsafe { runs.add(&histogram, digits.next_digit(rank)) };
             }
         });
+        if count_next {
+            unsafe { runs.flush(&histogram) };
+        }
         // Most tiles of most levels send nothing anywhere: one barrier (with a vote) and on.
         if unsafe { device::sync_threads_or(to_place) } {
+            let counts = parity * TILE_COUNT_SET;
+            let mut better_votes = [0u32; ITEMS];
+            let mut tie_votes = [0u32; ITEMS];
+            unroll_items!(i => {
+                better_votes[i] = unsafe { device::ballot(device::FULL_WARP, is_better[i]) };
+                tie_votes[i] = unsafe { device::ballot(device::FULL_WARP, is_tie[i]) };
+                if device::lane_id() == 0 {
+                    let packed = better_votes[i].count_ones() | (tie_votes[i].count_ones() << 16);
+                    unsafe { tile_counts.store(counts + i * WARPS + warp, packed) };
+                }
+            });
+            unsafe { device::sync_threads() };
             // Warp 0 turns the (item, warp) counts into exclusive offsets, in input order.
             if warp == 0 {
                 let lane = device::lane_id() as usize;
