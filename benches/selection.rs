@@ -19,6 +19,8 @@ struct Case {
     bytes: u64,
     median_ms: f64,
     floor_ms: f64,
+    /// The cost model's prediction (top-k cases).
+    predicted_ms: Option<f64>,
 }
 
 /// CUDA-event timings of every iteration criterion asked for, per case.
@@ -100,6 +102,7 @@ fn bench_sort<K: SelectKey>(
         bytes: keys.bytes() as u64,
         median_ms: samples.median(),
         floor_ms,
+        predicted_ms: None,
     });
 }
 
@@ -143,6 +146,7 @@ fn bench_top_k<K: SelectKey>(
         bytes: data.bytes() as u64,
         median_ms: samples.median(),
         floor_ms,
+        predicted_ms: gpu.top_k_predicted_ms::<K>(n, k, options.algorithm),
     });
 }
 
@@ -188,8 +192,8 @@ fn write_results(gpu: &Gpu, cases: &[Case]) {
     );
     let mut markdown = format!(
         "# Benchmarks on {} ({date})\n\n{}\n\nMedians of CUDA-event timings. *floor* = a read-only pass over the same \
-         bytes, measured in the same run.\n\n| group | case | ms | elements/s | GB/s | read floor ms | × floor |\n\
-         |---|---|---:|---:|---:|---:|---:|\n",
+         bytes, measured in the same run.\n\n| group | case | ms | elements/s | GB/s | read floor ms | × floor | predicted ms |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|\n",
         limits.name,
         gpu.describe()
     );
@@ -200,7 +204,7 @@ fn write_results(gpu: &Gpu, cases: &[Case]) {
         let _ = writeln!(
             json,
             "    {{\"group\": {:?}, \"case\": {:?}, \"elements\": {}, \"bytes\": {}, \"median_ms\": {:.5}, \
-             \"elements_per_s\": {:.4e}, \"gb_per_s\": {:.2}, \"read_floor_ms\": {:.5}, \"ratio_to_floor\": {:.3}}}{}",
+             \"elements_per_s\": {:.4e}, \"gb_per_s\": {:.2}, \"read_floor_ms\": {:.5}, \"ratio_to_floor\": {:.3}, \"predicted_ms\": {}}}{}",
             case.group,
             case.name,
             case.elements,
@@ -210,12 +214,20 @@ fn write_results(gpu: &Gpu, cases: &[Case]) {
             gb_per_s,
             case.floor_ms,
             ratio,
+            case.predicted_ms.map_or("null".to_string(), |ms| format!("{ms:.5}")),
             if i + 1 < cases.len() { "," } else { "" }
         );
         let _ = writeln!(
             markdown,
-            "| {} | {} | {:.4} | {:.3e} | {:.1} | {:.4} | {:.2} |",
-            case.group, case.name, case.median_ms, elements_per_s, gb_per_s, case.floor_ms, ratio
+            "| {} | {} | {:.4} | {:.3e} | {:.1} | {:.4} | {:.2} | {} |",
+            case.group,
+            case.name,
+            case.median_ms,
+            elements_per_s,
+            gb_per_s,
+            case.floor_ms,
+            ratio,
+            case.predicted_ms.map_or(String::new(), |ms| format!("{ms:.3}"))
         );
     }
     json.push_str("  ]\n}\n");
@@ -268,7 +280,8 @@ fn main() {
     let sizes = [20u32, 24, 28];
     let bitonic = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::Bitonic);
     let radix = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::RadixSelect);
-    let total = sizes.len() * 10 + 3 + 6;
+    let auto = TopKOptions::new(Order::Largest);
+    let total = sizes.len() * 13 + 3 + 6;
     let mut step = 0;
     for log_n in sizes {
         let n = 1usize << log_n;
@@ -283,6 +296,7 @@ fn main() {
             bytes: keys.bytes() as u64,
             median_ms: floor_ms,
             floor_ms,
+            predicted_ms: None,
         });
         for segment_len in [32, 256, 2048] {
             step += 1;
@@ -291,6 +305,8 @@ fn main() {
         }
         let mut top_k_cases =
             vec![(1, bitonic), (32, bitonic), (256, bitonic), (32, radix), (256, radix), (1024, radix)];
+        // Auto, against the best of the above: the cost model's choice.
+        top_k_cases.extend([(1, auto), (256, auto), (1024, auto)]);
         if log_n == 28 {
             top_k_cases.extend([(262_144, radix), (262_144, radix.with_sorted(false))]);
         }

@@ -1,6 +1,7 @@
 //! Top-k: the k largest or smallest keys of a device array, with their indices.
 
 mod bitonic;
+mod cost;
 mod radix;
 
 use gpu_select_kernels::params::GlobalPtr;
@@ -19,8 +20,9 @@ use crate::{Order, SelectKey};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Algorithm {
-    /// The library chooses (today: the block sort for inputs of up to 2048 keys,
-    /// [`Algorithm::Bitonic`] for `k ≤ 256`, [`Algorithm::RadixSelect`] for larger `k`).
+    /// The library chooses: the algorithm with the smallest time predicted by a cost model
+    /// (fixed costs, compute per input scaled by the device's multiprocessors, and the
+    /// bandwidth bound; fitted to measurements, see [`Gpu::top_k_predicted_ms`]).
     #[default]
     Auto,
     /// Bitonic top-k (Shanbhag, Pirk & Madden): tiles of 2048 keys reduced to their `k`
@@ -170,7 +172,7 @@ impl Gpu {
         k: usize,
         options: &TopKOptions,
     ) -> Result<usize> {
-        Ok(self.plan_top_k(n, k, options)?.workspace_bytes(n, k, size_of::<K>()))
+        Ok(self.plan_top_k(n, k, size_of::<K>(), options)?.workspace_bytes(n, k, size_of::<K>()))
     }
 
     /// Top-k into caller-provided outputs (`out.values` and `out.indices` of length `k`),
@@ -195,7 +197,7 @@ impl Gpu {
                 return Err(Error::LengthMismatch { what, expected: k, actual: len });
             }
         }
-        let plan = self.plan_top_k(data.len(), k, options)?;
+        let plan = self.plan_top_k(data.len(), k, size_of::<K>(), options)?;
         let needed = plan.workspace_bytes(data.len(), k, size_of::<K>());
         if workspace.len() < needed {
             return Err(Error::LengthMismatch {
@@ -231,7 +233,38 @@ impl Gpu {
         self.copy_on_device(indices, out.indices.global_ptr().address(), k * 8)
     }
 
-    fn plan_top_k(&self, n: usize, k: usize, options: &TopKOptions) -> Result<Plan> {
+    /// The cost model's predicted time, in milliseconds, of a top-k of `n` keys of type `K`
+    /// with `algorithm` on this device; for [`Algorithm::Auto`], of the algorithm it picks.
+    /// `None` when the algorithm does not take the shape (or the backend is the emulator,
+    /// whose speed says nothing about a GPU's).
+    ///
+    /// ```
+    /// use gpu_select::{Algorithm, Gpu};
+    ///
+    /// let gpu = Gpu::emulator();
+    /// assert_eq!(gpu.top_k_predicted_ms::<f32>(1 << 28, 32, Algorithm::Bitonic), None);
+    /// ```
+    pub fn top_k_predicted_ms<K: SelectKey>(&self, n: usize, k: usize, algorithm: Algorithm) -> Option<f64> {
+        if self.backend() == crate::BackendKind::Emulator || k == 0 || k > n {
+            return None;
+        }
+        let device = self.cost_device();
+        let algorithm = match algorithm {
+            Algorithm::Auto => cost::cheapest(n as u64, k as u64, size_of::<K>(), device),
+            named => named,
+        };
+        cost::predict_ms(algorithm, n as u64, k as u64, size_of::<K>(), device)
+    }
+
+    fn cost_device(&self) -> cost::Device {
+        let limits = self.limits();
+        cost::Device {
+            multiprocessors: limits.multiprocessors,
+            read_bytes_per_s: limits.peak_bandwidth_bytes_per_s * cost::READ_EFFICIENCY,
+        }
+    }
+
+    fn plan_top_k(&self, n: usize, k: usize, key_bytes: usize, options: &TopKOptions) -> Result<Plan> {
         if n == 0 {
             return Err(Error::EmptyInput);
         }
@@ -245,9 +278,12 @@ impl Gpu {
         let fits_bitonic = k <= MAX_BITONIC_K as usize && (n as u64) < (1u64 << 32);
         let multiprocessors = self.limits().multiprocessors;
         let radix = || Ok(Plan::Radix(RadixPlan::new(n as u64, multiprocessors, options.sorted && k > 1)));
-        match options.algorithm {
-            Algorithm::Auto if fits_block_sort => Ok(Plan::BlockSort),
-            Algorithm::Auto | Algorithm::Bitonic if fits_bitonic => {
+        let algorithm = match options.algorithm {
+            Algorithm::Auto => cost::cheapest(n as u64, k as u64, key_bytes, self.cost_device()),
+            named => named,
+        };
+        match algorithm {
+            Algorithm::Bitonic if fits_bitonic => {
                 Ok(Plan::Bitonic(BitonicPlan::new(n as u64, k as u32, multiprocessors)))
             }
             Algorithm::Auto | Algorithm::RadixSelect => radix(),
