@@ -50,40 +50,15 @@ const ITEMS: usize = 8;
 
 /// Runs `$body` for `$i` = 0 to [`ITEMS`] − 1, unrolled in the source.
 macro_rules! unroll_items {
-    ($i:ident => $body:block) => {{
-        const _: () = assert!(ITEMS == 8);
-        {
-            let $i = 0;
+    ($i:ident => $body:block) => {
+        unroll_items!(@each $i $body [0 1 2 3 4 5 6 7])
+    };
+    (@each $i:ident $body:block [$($n:literal)*]) => {{
+        const _: () = assert!(ITEMS == [$($n),*].len());
+        $({
+            let $i: usize = $n;
             $body
-        }
-        {
-            let $i = 1;
-            $body
-        }
-        {
-            let $i = 2;
-            $body
-        }
-        {
-            let $i = 3;
-            $body
-        }
-        {
-            let $i = 4;
-            $body
-        }
-        {
-            let $i = 5;
-            $body
-        }
-        {
-            let $i = 6;
-            $body
-        }
-        {
-            let $i = 7;
-            $body
-        }
+        })*
     }};
 }
 /// Inputs a block handles per step: 8 per thread.
