@@ -338,7 +338,37 @@ fn inputs_above_2_pow_31_on_a_gpu() {
     data[n - 1] = 3.0; // the largest sits past index 2^31
     data[(1 << 31) + 1] = 2.0;
     data[12] = 1.0;
-    let (values, indices) = gpu.top_k_host(&data, 3, Order::Largest).unwrap();
-    assert_eq!(values, [3.0, 2.0, 1.0]);
-    assert_eq!(indices, [n as u64 - 1, (1 << 31) + 1, 12]);
+    let device_data = gpu.upload(&data).unwrap();
+    for algorithm in [Algorithm::Auto, Algorithm::Bitonic, Algorithm::RadixSelect] {
+        let options = TopKOptions::new(Order::Largest).with_algorithm(algorithm);
+        let top = gpu.top_k_with(&device_data, 3, &options).unwrap();
+        assert_eq!(gpu.download(&top.values).unwrap(), [3.0, 2.0, 1.0], "{algorithm:?}");
+        assert_eq!(gpu.download(&top.indices).unwrap(), [n as u64 - 1, (1 << 31) + 1, 12], "{algorithm:?}");
+    }
+}
+
+#[test]
+fn inputs_of_2_pow_32_and_more_on_a_gpu() {
+    let gpu = common::gpu();
+    if common::on_emulator(&gpu) {
+        eprintln!("inputs_of_2_pow_32_and_more_on_a_gpu: not run on the emulator (16 GiB)");
+        return;
+    }
+    // Past the bitonic top-k's 32-bit positions: Auto takes radix select, whose indices and
+    // counts are 64-bit. The ties (0.5) past 2^32 must lose to the ones before it.
+    let n = (1usize << 32) + 5;
+    let mut data = vec![0.5f32; n];
+    data[n - 2] = 7.0;
+    data[(1 << 32) + 1] = 6.0;
+    data[5] = -1.0;
+    let device_data = gpu.upload(&data).unwrap();
+    drop(data);
+    let top = gpu.top_k(&device_data, 4, Order::Largest).unwrap();
+    assert_eq!(gpu.download(&top.values).unwrap(), [7.0, 6.0, 0.5, 0.5]);
+    assert_eq!(gpu.download(&top.indices).unwrap(), [n as u64 - 2, (1 << 32) + 1, 0, 1]);
+    let options = TopKOptions::new(Order::Smallest).with_sorted(false);
+    let top = gpu.top_k_with(&device_data, 2, &options).unwrap();
+    assert_eq!(gpu.download(&top.indices).unwrap(), [5, 0]);
+    let bitonic = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::Bitonic);
+    assert!(matches!(gpu.top_k_with(&device_data, 4, &bitonic), Err(Error::InvalidArgument { .. })));
 }
