@@ -5,7 +5,7 @@
 //! runs the same kernel code on CPU threads), typed [`DeviceBuffer`]s, top-k
 //! ([`Gpu::top_k`], see [`Algorithm`]), a block bitonic sort of small segments
 //! ([`Gpu::sort_segments`]), the read floor every benchmark compares with
-//! ([`Gpu::read_pass`]) and the CPU [`reference`] implementations the tests use as the
+//! ([`Gpu::read_pass`]) and the CPU [`reference`](mod@reference) implementations the tests use as the
 //! oracle.
 //!
 //! ```

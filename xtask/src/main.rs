@@ -142,6 +142,12 @@ fn test(root: &Path) -> Result<(), String> {
     run(cargo().current_dir(root).args(["fmt", "--all", "--", "--check"]))?;
     run(cargo().current_dir(root).args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))?;
     build_and_check_ptx(root)?;
+    // The API docs must build without broken links (the examples run as doc tests below).
+    run(cargo().current_dir(root).env("RUSTDOCFLAGS", "-D warnings").args([
+        "doc",
+        "--workspace",
+        "--no-deps",
+    ]))?;
     run(cargo().current_dir(root).args(["test", "--workspace"]))
 }
 
