@@ -1,14 +1,14 @@
 //! The [`Gpu`] handle: a CUDA device with the embedded kernels loaded, or the emulator.
 
+use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use cust::context::{Context, CurrentContext};
 use cust::device::{Device, DeviceAttribute};
 use cust::error::CudaError;
 use cust::event::{Event, EventFlags};
-use cust::function::{BlockSize, GridSize};
 use cust::module::Module;
 use cust::stream::{Stream, StreamFlags};
 use gpu_select_kernels::device::emulator;
@@ -75,11 +75,22 @@ pub(crate) enum Backend {
 /// Fields drop in declaration order: the module and stream before the context.
 pub(crate) struct CudaDevice {
     module: Module,
+    /// Kernel handles looked up so far, by PTX name (a launch would otherwise pay a
+    /// `cuModuleGetFunction` each time; radix select makes 13–25 launches per call).
+    functions: Mutex<HashMap<&'static str, KernelHandle>>,
     stream: Stream,
     context: Context,
     limits: DeviceLimits,
     arch: &'static str,
 }
+
+/// A `CUfunction` of the module: valid while the module lives, which the `CudaDevice` that
+/// holds both guarantees.
+#[derive(Clone, Copy)]
+struct KernelHandle(cust::sys::CUfunction);
+
+// The handle is an opaque driver pointer; the driver's functions take it from any thread.
+unsafe impl Send for KernelHandle {}
 
 /// The shape of one launch, as the kernels' own `const fn`s compute it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -118,7 +129,16 @@ impl Gpu {
         // ordered with its kernels, so a kernel never reads memory still being written.
         let stream =
             Stream::new(StreamFlags::DEFAULT, None).map_err(|e| Error::driver("creating a stream", e, 0))?;
-        Ok(Self { inner: Arc::new(Backend::Cuda(CudaDevice { module, stream, context, limits, arch })) })
+        Ok(Self {
+            inner: Arc::new(Backend::Cuda(CudaDevice {
+                module,
+                functions: Mutex::default(),
+                stream,
+                context,
+                limits,
+                arch,
+            })),
+        })
     }
 
     /// The host emulator: runs the kernels on CPU threads. Always available; slow.
@@ -273,14 +293,11 @@ impl CudaDevice {
 
     fn launch<P>(&self, kernel: KernelId<P>, shape: LaunchShape, mut params: P) -> Result<()> {
         self.make_current()?;
-        let function = self
-            .module
-            .get_function(kernel.name)
-            .map_err(|e| Error::driver(format!("looking up kernel {}", kernel.name), e, 0))?;
+        let function = self.function(kernel.name)?;
         if shape.shared_bytes > DEFAULT_SHARED_LIMIT {
             let result = unsafe {
                 cust::sys::cuFuncSetAttribute(
-                    function.to_raw(),
+                    function,
                     cust::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                     shape.shared_bytes as i32,
                 )
@@ -288,17 +305,38 @@ impl CudaDevice {
             check_driver(result, &format!("raising the shared-memory limit of {}", kernel.name), 0)?;
         }
         // The kernel takes its `#[repr(C)]` parameter struct by value: one argument.
-        let arguments = [&mut params as *mut P as *mut c_void];
-        unsafe {
-            self.stream.launch(
-                &function,
-                GridSize::xy(shape.grid.0, shape.grid.1),
-                BlockSize::x(shape.block_threads),
+        let mut arguments = [&mut params as *mut P as *mut c_void];
+        let result = unsafe {
+            cust::sys::cuLaunchKernel(
+                function,
+                shape.grid.0,
+                shape.grid.1,
+                1,
+                shape.block_threads,
+                1,
+                1,
                 shape.shared_bytes as u32,
-                &arguments,
+                self.stream.as_inner(),
+                arguments.as_mut_ptr(),
+                std::ptr::null_mut(),
             )
+        };
+        check_driver(result, &format!("launching {}", kernel.name), 0)
+    }
+
+    /// The kernel's handle, looked up in the module the first time only.
+    fn function(&self, name: &'static str) -> Result<cust::sys::CUfunction> {
+        let mut functions = self.functions.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(handle) = functions.get(name) {
+            return Ok(handle.0);
         }
-        .map_err(|e| Error::driver(format!("launching {}", kernel.name), e, 0))
+        let function = self
+            .module
+            .get_function(name)
+            .map_err(|e| Error::driver(format!("looking up kernel {name}"), e, 0))?
+            .to_raw();
+        functions.insert(name, KernelHandle(function));
+        Ok(function)
     }
 }
 
