@@ -13,7 +13,7 @@
 //! | [`device`] | indices, barriers, warp shuffles/votes, shared memory, atomics, fences; the only place with `cfg(target_arch = "nvptx64")` |
 //! | [`thread`] | compare-exchange on key + index pairs |
 //! | [`warp`] | warp-wide reductions built on shuffles |
-//! | [`block`] | block-wide networks in shared memory (bitonic sort) |
+//! | [`block`] | block-wide networks in shared memory (bitonic sort), prefix sums |
 //! | [`merge`] | device-wide merge of sorted runs (merge path) |
 //! | [`topk`] | the top-k algorithms |
 //! | [`entry`] | the exported kernels, generated from one table |

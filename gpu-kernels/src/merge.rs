@@ -55,9 +55,10 @@ pub unsafe fn merge_runs<K: Key>(params: MergeParams<K>) {
         return;
     }
     let largest = Order::from_raw(params.order) == Order::Largest;
+    let load = |at: u64| unsafe { params.keys_in.read(at) };
     // Rank bits: ascending in the merge's order.
-    let rank = |at: u64| {
-        let ordered = unsafe { params.keys_in.read(at) }.to_ordered();
+    let rank = |key: K| {
+        let ordered = key.to_ordered();
         if largest { ordered.complement() } else { ordered }
     };
     let pair_len = 2 * params.run_len;
@@ -67,32 +68,42 @@ pub unsafe fn merge_runs<K: Key>(params: MergeParams<K>) {
     let b_len = params.run_len.min(params.len - b_start);
     let diagonal = first_out - a_start;
 
-    // Outputs before `diagonal` take `from_a` keys of A: the smallest i with A[i] after
+    // Outputs before `diagonal` take `low` keys of A: the smallest i with A[i] after
     // B[diagonal - 1 - i] (A wins ties).
     let (mut low, mut high) = (diagonal.saturating_sub(b_len), diagonal.min(a_len));
     while low < high {
         let middle = (low + high) / 2;
-        if rank(a_start + middle) <= rank(b_start + diagonal - 1 - middle) {
+        if rank(load(a_start + middle)) <= rank(load(b_start + diagonal - 1 - middle)) {
             low = middle + 1;
         } else {
             high = middle;
         }
     }
+    // Merge, holding the next key of each run so that every key is read once.
     let (mut a, mut b) = (low, diagonal - low);
+    let next_a = |a: u64| (a < a_len).then(|| load(a_start + a));
+    let next_b = |b: u64| (b < b_len).then(|| load(b_start + b));
+    let (mut key_a, mut key_b) = (next_a(a), next_b(b));
     let end = (first_out + MERGE_ITEMS).min(a_start + a_len + b_len);
-    let mut out = first_out;
-    while out < end {
-        let take_a = a < a_len && (b >= b_len || rank(a_start + a) <= rank(b_start + b));
-        let from = if take_a { a_start + a } else { b_start + b };
+    for out in first_out..end {
+        let take_a = match (key_a, key_b) {
+            (Some(x), Some(y)) => rank(x) <= rank(y),
+            (x, _) => x.is_some(),
+        };
+        let (key, from) = if take_a {
+            let key = key_a.expect("A has a key left");
+            a += 1;
+            key_a = next_a(a);
+            (key, a_start + a - 1)
+        } else {
+            let key = key_b.expect("B has a key left");
+            b += 1;
+            key_b = next_b(b);
+            (key, b_start + b - 1)
+        };
         unsafe {
-            params.keys_out.write(out, params.keys_in.read(from));
+            params.keys_out.write(out, key);
             params.indices_out.write(out, params.indices_in.read(from));
         }
-        if take_a {
-            a += 1;
-        } else {
-            b += 1;
-        }
-        out += 1;
     }
 }

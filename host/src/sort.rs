@@ -137,7 +137,7 @@ impl Gpu {
     /// Queues a stable sort of `len` key + index pairs of any length: the block sort makes
     /// runs of 2048, then merge passes double them. Reads `input` (which it may overwrite),
     /// uses `scratch` and writes `out`; the three hold `len` pairs each and are disjoint
-    /// (`scratch` is only touched when more than one merge pass runs an odd count).
+    /// (`scratch` is only touched when the number of merge passes is odd).
     pub(crate) fn launch_sort_pairs<K: SelectKey>(
         &self,
         input: Pairs<K>,

@@ -2,3 +2,4 @@
 //! with a barrier unless it says otherwise.
 
 pub mod bitonic_sort;
+pub mod scan;

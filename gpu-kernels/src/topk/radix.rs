@@ -37,7 +37,7 @@
 use crate::device::{self, SharedLayout, SharedRegion, SharedSlice};
 use crate::key::{Key, OrderedBits};
 use crate::params::{GlobalPtr, Order};
-use crate::warp;
+use crate::{block, warp};
 
 /// Threads per block of every radix kernel.
 pub const RADIX_THREADS: u32 = 256;
@@ -179,7 +179,7 @@ pub struct RadixPassLayout {
     /// The block's histogram of the digit being counted.
     pub histogram: SharedRegion<u32>,
     /// Per-warp sums for the block-wide scan of the histogram.
-    pub warp_sums: SharedRegion<u32>,
+    pub warp_sums: SharedRegion<u64>,
     /// Two sets (alternating by tile) of `ITEMS × WARPS` packed counts (better in the low
     /// 16 bits, ties in the high 16), scanned in place, plus the tile's total.
     pub tile_counts: SharedRegion<u32>,
@@ -194,7 +194,7 @@ impl RadixPassLayout {
     /// The layout.
     pub const fn new() -> Self {
         let (layout, histogram) = SharedLayout::new().push::<u32>(BUCKETS);
-        let (layout, warp_sums) = layout.push::<u32>(WARPS);
+        let (layout, warp_sums) = layout.push::<u64>(WARPS);
         let (layout, tile_counts) = layout.push::<u32>(2 * TILE_COUNT_SET);
         Self { histogram, warp_sums, tile_counts, bytes: layout.bytes() }
     }
@@ -376,6 +376,26 @@ unsafe fn load_tile<K: Key>(storage: &Storage<K>, tile_start: u64, end: u64) -> 
     tile
 }
 
+/// Runs `work` on each tile of `storage` in `[start, end)`, in order. Tile t + 1 is loaded
+/// before `work` runs on tile t, so its loads are in flight meanwhile.
+///
+/// # Safety
+/// As [`load_tile`]; `work` runs for every thread of the block with the same tiles (it may
+/// hold barriers).
+#[inline(always)]
+unsafe fn for_each_tile<K: Key>(storage: &Storage<K>, start: u64, end: u64, mut work: impl FnMut(&Tile<K>)) {
+    let mut tile_start = start;
+    let mut next = if start < end { unsafe { load_tile(storage, start, end) } } else { Tile::empty() };
+    while tile_start < end {
+        let tile = next;
+        if tile_start + RADIX_TILE < end {
+            next = unsafe { load_tile(storage, tile_start + RADIX_TILE, end) };
+        }
+        work(&tile);
+        tile_start += RADIX_TILE;
+    }
+}
+
 /// Counts digits into the block's histogram, one thread's items at a time: a run of equal
 /// digits is added with one atomic when the digit changes (CUB's run-length trick). Skewed
 /// digits (the exponent byte of floats, sorted or all-equal inputs) would otherwise
@@ -431,21 +451,12 @@ unsafe fn clear_histogram(histogram: &SharedSlice<u32>) {
 unsafe fn publish_histogram<K: Key>(params: &RadixParams<K>, layout: &RadixPassLayout, level: u32) {
     let (histogram, warp_sums) = unsafe { (layout.histogram.bind(), layout.warp_sums.bind()) };
     let bucket = device::thread_idx_x() as usize;
-    let warp = device::warp_id() as usize;
     unsafe { device::sync_threads() };
     let count = unsafe { histogram.load(bucket) };
-    let inclusive = unsafe { warp::inclusive_scan_add_u32(count) };
-    if device::lane_id() == 31 {
-        unsafe { warp_sums.store(warp, inclusive) };
-    }
-    unsafe { device::sync_threads() };
-    let mut before = 0;
-    for w in 0..warp {
-        before += unsafe { warp_sums.load(w) };
-    }
+    let before = unsafe { block::scan::exclusive_scan_add_u64(count as u64, &warp_sums) };
     let block = device::block_idx_x() as u64;
     unsafe {
-        params.cumulative.write(block * BUCKETS as u64 + bucket as u64, before + inclusive);
+        params.cumulative.write(block * BUCKETS as u64 + bucket as u64, (before + count as u64) as u32);
         if count != 0 {
             let total = params.totals.as_ptr().add(level as usize * BUCKETS + bucket);
             device::global_atomic_add_u64(total, count as u64);
@@ -482,69 +493,19 @@ pub unsafe fn count<K: Key>(params: RadixParams<K>) {
     let storage = Storage::of(&params, &level);
     let digits = LevelDigits::<K::Bits>::new(level_index, level.prefix, storage.filter_prefix, largest);
     let (start, end) = storage.block_range(params.blocks);
-    // Tile t + 1 is loaded before tile t is worked on, so its loads are in flight meanwhile.
-    let mut tile_start = start;
-    let mut next = if start < end { unsafe { load_tile(&storage, start, end) } } else { Tile::empty() };
-    while tile_start < end {
-        let tile = next;
-        if tile_start + RADIX_TILE < end {
-            next = unsafe { load_tile(&storage, tile_start + RADIX_TILE, end) };
-        }
-        let mut runs = DigitRuns::new();
-        unroll_items!(i => {
-            let rank = digits.rank(tile.keys[i]);
-            if tile.valid[i] && digits.is_candidate(rank) {
-                unsafe { runs.add(&histogram, digits.digit(rank)) };
-            }
-        });
-        unsafe { runs.flush(&histogram) };
-        tile_start += RADIX_TILE;
-    }
+    unsafe {
+        for_each_tile(&storage, start, end, |tile| {
+            let mut runs = DigitRuns::new();
+            unroll_items!(i => {
+                let rank = digits.rank(tile.keys[i]);
+                if tile.valid[i] && digits.is_candidate(rank) {
+                    runs.add(&histogram, digits.digit(rank));
+                }
+            });
+            runs.flush(&histogram);
+        })
+    };
     unsafe { publish_histogram(&params, &layout, level_index) };
-}
-
-/// Inclusive prefix sum of a `u64` over a full warp.
-///
-/// # Safety
-/// All 32 lanes of the warp call together.
-#[inline(always)]
-unsafe fn inclusive_scan_u64(value: u64) -> u64 {
-    let lane = device::lane_id();
-    let mut sum = value;
-    let mut delta = 1;
-    while delta < device::WARP_SIZE {
-        let below = unsafe { device::shfl_up_u64(device::FULL_WARP, sum, delta) };
-        if lane >= delta {
-            sum += below;
-        }
-        delta *= 2;
-    }
-    sum
-}
-
-/// Exclusive prefix sum of one `u64` per thread over the block, and the block's total.
-///
-/// # Safety
-/// All threads of the block call together; `warp_sums` holds [`WARPS`] values. Starts and
-/// ends with a barrier.
-unsafe fn block_exclusive_scan_u64(value: u64, warp_sums: &SharedSlice<u64>) -> (u64, u64) {
-    let warp = device::warp_id() as usize;
-    let inclusive = unsafe { inclusive_scan_u64(value) };
-    unsafe { device::sync_threads() };
-    if device::lane_id() == 31 {
-        unsafe { warp_sums.store(warp, inclusive) };
-    }
-    unsafe { device::sync_threads() };
-    let (mut before, mut total) = (0, 0);
-    for w in 0..WARPS {
-        let sum = unsafe { warp_sums.load(w) };
-        if w < warp {
-            before += sum;
-        }
-        total += sum;
-    }
-    unsafe { device::sync_threads() };
-    (before + inclusive - value, total)
 }
 
 /// The `radix_choose_<key>` kernel (one block): picks level `params.level`'s target digit,
@@ -566,7 +527,7 @@ pub unsafe fn choose<K: Key>(params: RadixParams<K>) {
 
     // The bucket holding the k-th best: candidates before it < k_left ≤ through it.
     let bucket_total = unsafe { params.totals.read((level_index as usize * BUCKETS + thread) as u64) };
-    let (before, _) = unsafe { block_exclusive_scan_u64(bucket_total, &warp_sums) };
+    let before = unsafe { block::scan::exclusive_scan_add_u64(bucket_total, &warp_sums) };
     if before < level.k_left && level.k_left <= before + bucket_total {
         unsafe {
             target_slot.store(0, thread as u64);
@@ -603,7 +564,7 @@ pub unsafe fn choose<K: Key>(params: RadixParams<K>) {
         for b in first..last {
             run_sum += unsafe { block_counts.load(counts_at + b) };
         }
-        let (mut offset, _) = unsafe { block_exclusive_scan_u64(run_sum, &warp_sums) };
+        let mut offset = unsafe { block::scan::exclusive_scan_add_u64(run_sum, &warp_sums) };
         for b in first..last {
             unsafe { offsets.write(b as u64, offset) };
             offset += unsafe { block_counts.load(counts_at + b) };
@@ -687,14 +648,7 @@ pub unsafe fn filter<K: Key>(params: RadixParams<K>) {
     let warp = device::warp_id() as usize;
     let below_lane = device::lanemask_lt();
     let mut parity = 0;
-    // Tile t + 1 is loaded before tile t is worked on, so its loads are in flight meanwhile.
-    let mut tile_start = start;
-    let mut next = if start < end { unsafe { load_tile(&storage, start, end) } } else { Tile::empty() };
-    while tile_start < end {
-        let tile = next;
-        if tile_start + RADIX_TILE < end {
-            next = unsafe { load_tile(&storage, tile_start + RADIX_TILE, end) };
-        }
+    let work = |tile: &Tile<K>| {
         // Classify first, with no warp collective: most tiles place nothing, and then the
         // ballots below are skipped too.
         let mut is_better = [false; ITEMS];
@@ -774,8 +728,8 @@ pub unsafe fn filter<K: Key>(params: RadixParams<K>) {
             ties_seen += (total >> 16) as u64;
             parity ^= 1;
         }
-        tile_start += RADIX_TILE;
-    }
+    };
+    unsafe { for_each_tile(&storage, start, end, work) };
     if count_next {
         unsafe { publish_histogram(&params, &layout, level_index + 1) };
     }

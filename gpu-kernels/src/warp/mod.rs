@@ -1,6 +1,6 @@
 //! Warp-wide operations built on shuffles. *All lanes of the warp call together.*
 //!
-//! * reductions and scans (this file);
+//! * reductions and scans, 32- and 64-bit (this file);
 //! * [`bitonic`]: bitonic sorting and merging networks over `32·R` key + position pairs held
 //!   in registers.
 
@@ -51,6 +51,26 @@ pub unsafe fn inclusive_scan_add_u32(value: u32) -> u32 {
     let mut delta = 1;
     while delta < device::WARP_SIZE {
         let below = unsafe { device::shfl_up_u32(device::FULL_WARP, sum, delta) };
+        if lane >= delta {
+            sum = sum.wrapping_add(below);
+        }
+        delta *= 2;
+    }
+    sum
+}
+
+/// Inclusive prefix sum of a `u64` over the lanes of a full warp (as
+/// [`inclusive_scan_add_u32`], 64-bit shuffles).
+///
+/// # Safety
+/// All 32 lanes of the warp call it together.
+#[inline(always)]
+pub unsafe fn inclusive_scan_add_u64(value: u64) -> u64 {
+    let lane = device::lane_id();
+    let mut sum = value;
+    let mut delta = 1;
+    while delta < device::WARP_SIZE {
+        let below = unsafe { device::shfl_up_u64(device::FULL_WARP, sum, delta) };
         if lane >= delta {
             sum = sum.wrapping_add(below);
         }

@@ -62,9 +62,12 @@ pub(crate) fn predict_ms(
     key_bytes: usize,
     device: Device,
 ) -> Option<f64> {
+    if !algorithm.takes(n, k) {
+        return None;
+    }
     let line = match algorithm {
-        Algorithm::BlockSort if n <= crate::MAX_SMALL_SORT_LEN as u64 => BLOCK_SORT,
-        Algorithm::Bitonic if k <= 256 && n < (1 << 32) => {
+        Algorithm::BlockSort => BLOCK_SORT,
+        Algorithm::Bitonic => {
             if k == 1 {
                 BITONIC_K1
             } else {
@@ -75,7 +78,7 @@ pub(crate) fn predict_ms(
             let wide = if key_bytes > 4 { 2.0 } else { 1.0 };
             Line { fixed_ms: RADIX.fixed_ms * wide, ..RADIX }
         }
-        _ => return None,
+        Algorithm::Auto => return None,
     };
     let scale = FITTED_MULTIPROCESSORS / device.multiprocessors.max(1) as f64;
     // 64-bit keys are not measured yet: the same work per input is assumed, and the read

@@ -39,6 +39,18 @@ pub enum Algorithm {
     RadixSelect,
 }
 
+impl Algorithm {
+    /// Whether the algorithm takes `n` keys and this `k` (1 ≤ k ≤ n): the one place that
+    /// knows each algorithm's limits, for the plan and for the cost model.
+    fn takes(self, n: u64, k: u64) -> bool {
+        match self {
+            Algorithm::Bitonic => k <= MAX_BITONIC_K as u64 && n < 1 << 32,
+            Algorithm::BlockSort => n <= crate::MAX_SMALL_SORT_LEN as u64,
+            Algorithm::Auto | Algorithm::RadixSelect => true,
+        }
+    }
+}
+
 /// Options of [`Gpu::top_k_with`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TopKOptions {
@@ -248,12 +260,16 @@ impl Gpu {
         if self.backend() == crate::BackendKind::Emulator || k == 0 || k > n {
             return None;
         }
-        let device = self.cost_device();
-        let algorithm = match algorithm {
-            Algorithm::Auto => cost::cheapest(n as u64, k as u64, size_of::<K>(), device),
+        let algorithm = self.resolve(algorithm, n, k, size_of::<K>());
+        cost::predict_ms(algorithm, n as u64, k as u64, size_of::<K>(), self.cost_device())
+    }
+
+    /// The named algorithm, or for `Auto` the one the cost model predicts fastest.
+    fn resolve(&self, algorithm: Algorithm, n: usize, k: usize, key_bytes: usize) -> Algorithm {
+        match algorithm {
+            Algorithm::Auto => cost::cheapest(n as u64, k as u64, key_bytes, self.cost_device()),
             named => named,
-        };
-        cost::predict_ms(algorithm, n as u64, k as u64, size_of::<K>(), device)
+        }
     }
 
     fn cost_device(&self) -> cost::Device {
@@ -274,20 +290,17 @@ impl Gpu {
         if k > n {
             return Err(Error::invalid(format!("k = {k} is larger than the input ({n} keys)")));
         }
-        let fits_block_sort = n <= crate::MAX_SMALL_SORT_LEN;
-        let fits_bitonic = k <= MAX_BITONIC_K as usize && (n as u64) < (1u64 << 32);
         let multiprocessors = self.limits().multiprocessors;
-        let radix = || Ok(Plan::Radix(RadixPlan::new(n as u64, multiprocessors, options.sorted && k > 1)));
-        let algorithm = match options.algorithm {
-            Algorithm::Auto => cost::cheapest(n as u64, k as u64, key_bytes, self.cost_device()),
-            named => named,
-        };
+        let algorithm = self.resolve(options.algorithm, n, k, key_bytes);
+        let takes = algorithm.takes(n as u64, k as u64);
         match algorithm {
-            Algorithm::Bitonic if fits_bitonic => {
+            Algorithm::Bitonic if takes => {
                 Ok(Plan::Bitonic(BitonicPlan::new(n as u64, k as u32, multiprocessors)))
             }
-            Algorithm::Auto | Algorithm::RadixSelect => radix(),
-            Algorithm::BlockSort if fits_block_sort => Ok(Plan::BlockSort),
+            Algorithm::Auto | Algorithm::RadixSelect => {
+                Ok(Plan::Radix(RadixPlan::new(n as u64, multiprocessors, options.sorted && k > 1)))
+            }
+            Algorithm::BlockSort if takes => Ok(Plan::BlockSort),
             Algorithm::BlockSort => Err(Error::invalid(format!(
                 "Algorithm::BlockSort takes at most {} keys; the input has {n}",
                 crate::MAX_SMALL_SORT_LEN
