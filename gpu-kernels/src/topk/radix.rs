@@ -376,26 +376,6 @@ unsafe fn load_tile<K: Key>(storage: &Storage<K>, tile_start: u64, end: u64) -> 
     tile
 }
 
-/// Runs `work` on each tile of `storage` in `[start, end)`, in order. Tile t + 1 is loaded
-/// before `work` runs on tile t, so its loads are in flight meanwhile.
-///
-/// # Safety
-/// As [`load_tile`]; `work` runs for every thread of the block with the same tiles (it may
-/// hold barriers).
-#[inline(always)]
-unsafe fn for_each_tile<K: Key>(storage: &Storage<K>, start: u64, end: u64, mut work: impl FnMut(&Tile<K>)) {
-    let mut tile_start = start;
-    let mut next = if start < end { unsafe { load_tile(storage, start, end) } } else { Tile::empty() };
-    while tile_start < end {
-        let tile = next;
-        if tile_start + RADIX_TILE < end {
-            next = unsafe { load_tile(storage, tile_start + RADIX_TILE, end) };
-        }
-        work(&tile);
-        tile_start += RADIX_TILE;
-    }
-}
-
 /// Counts digits into the block's histogram, one thread's items at a time: a run of equal
 /// digits is added with one atomic when the digit changes (CUB's run-length trick). Skewed
 /// digits (the exponent byte of floats, sorted or all-equal inputs) would otherwise
@@ -493,18 +473,24 @@ pub unsafe fn count<K: Key>(params: RadixParams<K>) {
     let storage = Storage::of(&params, &level);
     let digits = LevelDigits::<K::Bits>::new(level_index, level.prefix, storage.filter_prefix, largest);
     let (start, end) = storage.block_range(params.blocks);
-    unsafe {
-        for_each_tile(&storage, start, end, |tile| {
-            let mut runs = DigitRuns::new();
-            unroll_items!(i => {
-                let rank = digits.rank(tile.keys[i]);
-                if tile.valid[i] && digits.is_candidate(rank) {
-                    runs.add(&histogram, digits.digit(rank));
-                }
-            });
-            runs.flush(&histogram);
-        })
-    };
+    // Tile t + 1 is loaded before tile t is worked on, so its loads are in flight meanwhile.
+    let mut tile_start = start;
+    let mut next = if start < end { unsafe { load_tile(&storage, start, end) } } else { Tile::empty() };
+    while tile_start < end {
+        let tile = next;
+        if tile_start + RADIX_TILE < end {
+            next = unsafe { load_tile(&storage, tile_start + RADIX_TILE, end) };
+        }
+        let mut runs = DigitRuns::new();
+        unroll_items!(i => {
+            let rank = digits.rank(tile.keys[i]);
+            if tile.valid[i] && digits.is_candidate(rank) {
+                unsafe { runs.add(&histogram, digits.digit(rank)) };
+            }
+        });
+        unsafe { runs.flush(&histogram) };
+        tile_start += RADIX_TILE;
+    }
     unsafe { publish_histogram(&params, &layout, level_index) };
 }
 
@@ -648,7 +634,15 @@ pub unsafe fn filter<K: Key>(params: RadixParams<K>) {
     let warp = device::warp_id() as usize;
     let below_lane = device::lanemask_lt();
     let mut parity = 0;
-    let work = |tile: &Tile<K>| {
+    // The same prefetching loop as in `count`, written out: as a shared helper taking a
+    // closure, both kernels measured ~2 % slower on an H100 (2.65 vs 2.60 ms, k = 1024).
+    let mut tile_start = start;
+    let mut next = if start < end { unsafe { load_tile(&storage, start, end) } } else { Tile::empty() };
+    while tile_start < end {
+        let tile = next;
+        if tile_start + RADIX_TILE < end {
+            next = unsafe { load_tile(&storage, tile_start + RADIX_TILE, end) };
+        }
         // Classify first, with no warp collective: most tiles place nothing, and then the
         // ballots below are skipped too.
         let mut is_better = [false; ITEMS];
@@ -728,8 +722,8 @@ pub unsafe fn filter<K: Key>(params: RadixParams<K>) {
             ties_seen += (total >> 16) as u64;
             parity ^= 1;
         }
-    };
-    unsafe { for_each_tile(&storage, start, end, work) };
+        tile_start += RADIX_TILE;
+    }
     if count_next {
         unsafe { publish_histogram(&params, &layout, level_index + 1) };
     }
