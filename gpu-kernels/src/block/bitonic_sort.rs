@@ -66,12 +66,17 @@ pub struct BlockSortLayout<B> {
 impl<B> BlockSortLayout<B> {
     /// The layout for a block's segments of `segment_len` keys.
     pub const fn new(segment_len: u32) -> Self {
+        Self::after(SharedLayout::new(), segment_len).1
+    }
+
+    /// The layout placed after the regions of `layout`, for kernels that sort as one step
+    /// among others; also returns the layout extended by it.
+    pub const fn after(layout: SharedLayout, segment_len: u32) -> (SharedLayout, Self) {
         let slots =
             if sort_capacity(segment_len) as usize > WARP_SLOTS { MAX_BLOCK_SORT_LEN as usize } else { 0 };
-        let layout = SharedLayout::new();
         let (layout, bits) = layout.push::<B>(slots);
         let (layout, positions) = layout.push::<u32>(slots);
-        Self { bits, positions, bytes: layout.bytes() }
+        (layout, Self { bits, positions, bytes: layout.bytes() })
     }
 }
 
@@ -111,6 +116,56 @@ pub unsafe fn shared_stage<B: OrderedBits>(
     unsafe { device::sync_threads() };
 }
 
+/// Sorts the block's 2048 slots, held in registers as in [`sort_segments`] (slot
+/// `32·(8·warp + r) + lane` in register `r` of that lane), as runs of `capacity` slots, each
+/// ascending by (bits, position): the block sort's network, for kernels that load their own
+/// slots (SampleSelect sorts its sample with it).
+///
+/// # Safety
+/// *Block-wide*, [`SORT_THREADS`] threads; `capacity` a power of two from 2 to 2048; `layout`
+/// made by [`BlockSortLayout::new`] for segments of `capacity`.
+#[inline(always)]
+pub unsafe fn sort_slots<B: OrderedBits>(
+    pairs: &mut WarpPairs<B, PAIRS_PER_THREAD>,
+    capacity: usize,
+    layout: &BlockSortLayout<B>,
+) {
+    let lane = device::lane_id() as usize;
+    let warp_base = device::warp_id() as usize * WARP_SLOTS;
+    unsafe { sort_runs(pairs, warp_base, capacity) };
+
+    if capacity > WARP_SLOTS {
+        let (bits, positions) = unsafe { (layout.bits.bind(), layout.positions.bind()) };
+        let mut size = 2 * WARP_SLOTS;
+        while size <= capacity {
+            for r in 0..PAIRS_PER_THREAD {
+                let slot = warp_base + r * 32 + lane;
+                unsafe {
+                    bits.store(slot, pairs.bits[r]);
+                    positions.store(slot, pairs.positions[r]);
+                }
+            }
+            unsafe { device::sync_threads() };
+            let mut stride = size / 2;
+            while stride >= WARP_SLOTS {
+                unsafe { shared_stage(bits, positions, size, stride, capacity) };
+                stride /= 2;
+            }
+            // Each thread reloads the slots it stored, so no barrier is needed before the
+            // next store of them.
+            for r in 0..PAIRS_PER_THREAD {
+                let slot = warp_base + r * 32 + lane;
+                unsafe {
+                    pairs.bits[r] = bits.load(slot);
+                    pairs.positions[r] = positions.load(slot);
+                }
+            }
+            unsafe { merge_stages(pairs, warp_base, size, WARP_SLOTS / 2, capacity) };
+            size *= 2;
+        }
+    }
+}
+
 /// The `block_sort_<key>` kernel: block `b` sorts segments `b·spb .. (b+1)·spb` of
 /// `params`, spb = [`segments_per_block`].
 ///
@@ -143,39 +198,8 @@ pub unsafe fn sort_segments<K: Key>(params: BlockSortParams<K>) {
             pairs.bits[r] = if largest_first { ordered.complement() } else { ordered };
         }
     }
-    unsafe { sort_runs(&mut pairs, warp_base, capacity) };
-
-    if capacity > WARP_SLOTS {
-        let layout = BlockSortLayout::<K::Bits>::new(params.segment_len);
-        let (bits, positions) = unsafe { (layout.bits.bind(), layout.positions.bind()) };
-        let mut size = 2 * WARP_SLOTS;
-        while size <= capacity {
-            for r in 0..PAIRS_PER_THREAD {
-                let slot = warp_base + r * 32 + lane;
-                unsafe {
-                    bits.store(slot, pairs.bits[r]);
-                    positions.store(slot, pairs.positions[r]);
-                }
-            }
-            unsafe { device::sync_threads() };
-            let mut stride = size / 2;
-            while stride >= WARP_SLOTS {
-                unsafe { shared_stage(bits, positions, size, stride, capacity) };
-                stride /= 2;
-            }
-            // Each thread reloads the slots it stored, so no barrier is needed before the
-            // next store of them.
-            for r in 0..PAIRS_PER_THREAD {
-                let slot = warp_base + r * 32 + lane;
-                unsafe {
-                    pairs.bits[r] = bits.load(slot);
-                    pairs.positions[r] = positions.load(slot);
-                }
-            }
-            unsafe { merge_stages(&mut pairs, warp_base, size, WARP_SLOTS / 2, capacity) };
-            size *= 2;
-        }
-    }
+    let layout = BlockSortLayout::<K::Bits>::new(params.segment_len);
+    unsafe { sort_slots(&mut pairs, capacity, &layout) };
 
     for r in 0..PAIRS_PER_THREAD {
         let slot = warp_base + r * 32 + lane;

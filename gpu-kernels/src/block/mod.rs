@@ -3,3 +3,4 @@
 
 pub mod bitonic_sort;
 pub mod scan;
+pub mod tiles;

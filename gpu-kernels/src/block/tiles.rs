@@ -1,0 +1,322 @@
+//! Tiled passes over candidates, shared by the bucket-based selections (radix select,
+//! SampleSelect, QuickSelect): each block of [`TILE_THREADS`] threads walks a contiguous
+//! range of tiles of [`TILE`] inputs, counts buckets in a shared histogram, and places the
+//! inputs of one or two bucket classes in input order.
+//!
+//! Item `i` of a thread in the tile starting at `s` is input `s + 256·i + thread`, so each
+//! warp-wide load is coalesced, and the tile's inputs in (item, warp, lane) order are in
+//! input order: that is what makes the placement deterministic.
+
+use crate::device::{self, SharedSlice};
+use crate::params::GlobalPtr;
+use crate::{block, warp};
+
+/// Threads per block of every tiled pass.
+pub const TILE_THREADS: u32 = 256;
+/// Inputs per thread and tile.
+pub const TILE_ITEMS: usize = 8;
+/// Inputs a block handles per step.
+pub const TILE: u64 = TILE_THREADS as u64 * TILE_ITEMS as u64;
+/// Warps per block.
+pub const TILE_WARPS: usize = (TILE_THREADS / 32) as usize;
+/// Buckets of a histogram: one per thread, so publishing takes one block scan.
+pub const HISTOGRAM_BUCKETS: usize = TILE_THREADS as usize;
+/// Entries of one set of tile counts for [`place_in_order`]: one per (item, warp), plus
+/// the total.
+pub const TILE_COUNT_SET: usize = TILE_ITEMS * TILE_WARPS + 1;
+
+/// Runs `$body` for `$i` = 0 to [`TILE_ITEMS`] − 1, unrolled in the source: as a loop, LLVM
+/// may keep a tile's arrays in local memory.
+macro_rules! unroll_items {
+    ($i:ident => $body:block) => {
+        $crate::block::tiles::unroll_items!(@each $i $body [0 1 2 3 4 5 6 7])
+    };
+    (@each $i:ident $body:block [$($n:literal)*]) => {{
+        const _: () = assert!($crate::block::tiles::TILE_ITEMS == [$($n),*].len());
+        $({
+            let $i: usize = $n;
+            $body
+        })*
+    }};
+}
+pub(crate) use unroll_items;
+
+/// This block's share of `len` entries split over `blocks` blocks: a contiguous range of
+/// whole tiles, so that blocks in order cover the entries in order.
+#[inline(always)]
+pub fn block_range(len: u64, blocks: u32) -> (u64, u64) {
+    let tiles = len.div_ceil(TILE);
+    let per_block = tiles.div_ceil(blocks as u64);
+    let block = device::block_idx_x() as u64;
+    let start = (block * per_block * TILE).min(len);
+    let end = ((block + 1) * per_block * TILE).min(len);
+    (start, end)
+}
+
+/// One tile's inputs in registers: input `tile_start + 256·i + thread` in item `i`.
+#[derive(Clone, Copy)]
+pub struct Tile<K> {
+    /// The keys.
+    pub keys: [K; TILE_ITEMS],
+    /// Their indices (positions when the source has no index array).
+    pub indices: [u64; TILE_ITEMS],
+    /// Whether the item is an input (the last tile may be partial).
+    pub valid: [bool; TILE_ITEMS],
+}
+
+impl<K: Copy + Default> Tile<K> {
+    /// No inputs.
+    pub fn empty() -> Self {
+        Self { keys: [K::default(); TILE_ITEMS], indices: [0; TILE_ITEMS], valid: [false; TILE_ITEMS] }
+    }
+}
+
+/// Loads the tile at `tile_start` of `keys` (with `indices`, or positions when null);
+/// inputs at or past `end` are marked invalid. All loads issue before any is used; a full
+/// tile (all but a block's last) needs no bounds checks.
+///
+/// # Safety
+/// `keys` (and `indices` unless null) hold at least `end` entries; `tile_start < end`.
+#[inline(always)]
+pub unsafe fn load_tile<K: Copy + Default>(
+    keys: GlobalPtr<K>,
+    indices: GlobalPtr<u64>,
+    tile_start: u64,
+    end: u64,
+) -> Tile<K> {
+    let first = tile_start + device::thread_idx_x() as u64;
+    let mut tile = Tile::empty();
+    if tile_start + TILE <= end {
+        for i in 0..TILE_ITEMS {
+            let at = first + (i as u64) * TILE_THREADS as u64;
+            tile.valid[i] = true;
+            tile.keys[i] = unsafe { keys.read(at) };
+            tile.indices[i] = at;
+        }
+        if !indices.is_null() {
+            for i in 0..TILE_ITEMS {
+                tile.indices[i] = unsafe { indices.read(tile.indices[i]) };
+            }
+        }
+    } else {
+        for i in 0..TILE_ITEMS {
+            let at = first + (i as u64) * TILE_THREADS as u64;
+            tile.valid[i] = at < end;
+            tile.keys[i] = unsafe { keys.read(at.min(end - 1)) };
+            tile.indices[i] = at;
+        }
+        if !indices.is_null() {
+            for i in 0..TILE_ITEMS {
+                tile.indices[i] = unsafe { indices.read(tile.indices[i].min(end - 1)) };
+            }
+        }
+    }
+    tile
+}
+
+/// Counts buckets into a block's histogram, one thread's items at a time: a run of equal
+/// buckets is added with one atomic when the bucket changes (CUB's run-length trick).
+/// Skewed buckets (the exponent byte of floats, sorted or all-equal inputs) would otherwise
+/// serialise many atomics on one address; on spread buckets it costs one compare per item.
+/// No warp collective: any thread may count any item.
+pub struct BucketRuns {
+    bucket: u32,
+    count: u32,
+}
+
+impl BucketRuns {
+    /// No run yet.
+    #[inline(always)]
+    pub fn new() -> Self {
+        Self { bucket: 0, count: 0 }
+    }
+
+    /// Counts one input of `bucket`.
+    ///
+    /// # Safety
+    /// `bucket < histogram.len()`.
+    #[inline(always)]
+    pub unsafe fn add(&mut self, histogram: &SharedSlice<u32>, bucket: u32) {
+        if bucket != self.bucket {
+            unsafe { self.flush(histogram) };
+            self.bucket = bucket;
+        }
+        self.count += 1;
+    }
+
+    /// Adds the current run.
+    ///
+    /// # Safety
+    /// As [`BucketRuns::add`].
+    #[inline(always)]
+    pub unsafe fn flush(&mut self, histogram: &SharedSlice<u32>) {
+        if self.count != 0 {
+            unsafe { histogram.atomic_add(self.bucket as usize, self.count) };
+            self.count = 0;
+        }
+    }
+}
+
+impl Default for BucketRuns {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Clears a histogram of [`HISTOGRAM_BUCKETS`]. Ends with a barrier.
+///
+/// # Safety
+/// *Block-wide*, [`TILE_THREADS`] threads.
+pub unsafe fn clear_histogram(histogram: &SharedSlice<u32>) {
+    unsafe {
+        histogram.store(device::thread_idx_x() as usize, 0);
+        device::sync_threads();
+    }
+}
+
+/// Publishes the block's histogram: its cumulative form at `cumulative[block]` (a row of
+/// [`HISTOGRAM_BUCKETS`]), its counts added to `totals` (one `u64` per bucket). Starts with a
+/// barrier.
+///
+/// # Safety
+/// *Block-wide*, [`TILE_THREADS`] threads; `warp_sums` holds [`TILE_WARPS`] values.
+pub unsafe fn publish_histogram(
+    histogram: &SharedSlice<u32>,
+    warp_sums: &SharedSlice<u64>,
+    cumulative: GlobalPtr<u32>,
+    totals: *mut u64,
+) {
+    let bucket = device::thread_idx_x() as usize;
+    unsafe { device::sync_threads() };
+    let count = unsafe { histogram.load(bucket) };
+    let before = unsafe { block::scan::exclusive_scan_add_u64(count as u64, warp_sums) };
+    let block = device::block_idx_x() as u64;
+    unsafe {
+        cumulative.write(block * HISTOGRAM_BUCKETS as u64 + bucket as u64, (before + count as u64) as u32);
+        if count != 0 {
+            device::global_atomic_add_u64(totals.add(bucket), count as u64);
+        }
+    }
+}
+
+/// From the blocks' cumulative histograms (as [`publish_histogram`] wrote them), where each
+/// block's inputs of a bucket below `target` ("better") and of `target` ("ties") start among
+/// all blocks': exclusive scans over blocks, in block order, written to `better_offsets` and
+/// `tie_offsets`.
+///
+/// # Safety
+/// *Block-wide*, [`TILE_THREADS`] threads; `block_counts` holds `2 × max_blocks` values,
+/// `blocks ≤ max_blocks`; `warp_sums` holds [`TILE_WARPS`] values.
+pub unsafe fn scan_block_offsets(
+    cumulative: GlobalPtr<u32>,
+    blocks: usize,
+    max_blocks: usize,
+    target: usize,
+    block_counts: &SharedSlice<u64>,
+    warp_sums: &SharedSlice<u64>,
+    (better_offsets, tie_offsets): (GlobalPtr<u64>, GlobalPtr<u64>),
+) {
+    let thread = device::thread_idx_x() as usize;
+    let mut block = thread;
+    while block < blocks {
+        let row = (block * HISTOGRAM_BUCKETS) as u64;
+        let through = unsafe { cumulative.read(row + target as u64) } as u64;
+        let below = if target == 0 { 0 } else { unsafe { cumulative.read(row + target as u64 - 1) as u64 } };
+        unsafe {
+            block_counts.store(block, below);
+            block_counts.store(max_blocks + block, through - below);
+        }
+        block += TILE_THREADS as usize;
+    }
+    unsafe { device::sync_threads() };
+
+    // Each thread takes a run of consecutive blocks.
+    let per_thread = blocks.div_ceil(TILE_THREADS as usize);
+    let first = (thread * per_thread).min(blocks);
+    let last = ((thread + 1) * per_thread).min(blocks);
+    let scan_blocks = |counts_at: usize, offsets: GlobalPtr<u64>| {
+        let mut run_sum = 0;
+        for b in first..last {
+            run_sum += unsafe { block_counts.load(counts_at + b) };
+        }
+        let mut offset = unsafe { block::scan::exclusive_scan_add_u64(run_sum, warp_sums) };
+        for b in first..last {
+            unsafe { offsets.write(b as u64, offset) };
+            offset += unsafe { block_counts.load(counts_at + b) };
+        }
+    };
+    scan_blocks(0, better_offsets);
+    scan_blocks(max_blocks, tie_offsets);
+}
+
+/// Where a tile's inputs of two classes go, in input order: [`place_in_order`]'s result.
+#[derive(Clone, Copy)]
+pub struct TilePlaces {
+    /// For each item in either class: how many inputs of its class come before it in the
+    /// tile.
+    pub rank: [u32; TILE_ITEMS],
+    /// Inputs of the first class in the tile.
+    pub first_total: u32,
+    /// Inputs of the second class in the tile.
+    pub second_total: u32,
+}
+
+/// Ranks a tile's inputs of two disjoint classes within their class, in input order: warp
+/// ballots per item, then one warp scans the (item, warp) counts. `tile_counts` holds two
+/// sets of [`TILE_COUNT_SET`]; successive calls alternate `parity` (0, 1), so one barrier
+/// per call suffices.
+///
+/// # Safety
+/// *Block-wide*, [`TILE_THREADS`] threads; no item in both classes.
+#[inline(always)]
+pub unsafe fn place_in_order(
+    first: &[bool; TILE_ITEMS],
+    second: &[bool; TILE_ITEMS],
+    tile_counts: &SharedSlice<u32>,
+    parity: usize,
+) -> TilePlaces {
+    let counts = parity * TILE_COUNT_SET;
+    let warp = device::warp_id() as usize;
+    let mut first_votes = [0u32; TILE_ITEMS];
+    let mut second_votes = [0u32; TILE_ITEMS];
+    unroll_items!(i => {
+        first_votes[i] = unsafe { device::ballot(device::FULL_WARP, first[i]) };
+        second_votes[i] = unsafe { device::ballot(device::FULL_WARP, second[i]) };
+        if device::lane_id() == 0 {
+            // Two 16-bit counts: a tile has 2048 inputs.
+            let packed = first_votes[i].count_ones() | (second_votes[i].count_ones() << 16);
+            unsafe { tile_counts.store(counts + i * TILE_WARPS + warp, packed) };
+        }
+    });
+    unsafe { device::sync_threads() };
+    // Warp 0 turns the (item, warp) counts into exclusive offsets, in input order.
+    if warp == 0 {
+        let lane = device::lane_id() as usize;
+        let (a, b) =
+            unsafe { (tile_counts.load(counts + 2 * lane), tile_counts.load(counts + 2 * lane + 1)) };
+        let inclusive = unsafe { warp::inclusive_scan_add_u32(a + b) };
+        let exclusive = inclusive - a - b;
+        unsafe {
+            tile_counts.store(counts + 2 * lane, exclusive);
+            tile_counts.store(counts + 2 * lane + 1, exclusive + a);
+            if lane == 31 {
+                tile_counts.store(counts + TILE_ITEMS * TILE_WARPS, inclusive);
+            }
+        }
+    }
+    unsafe { device::sync_threads() };
+    let below_lane = device::lanemask_lt();
+    let mut rank = [0u32; TILE_ITEMS];
+    unroll_items!(i => {
+        if first[i] || second[i] {
+            let offset = unsafe { tile_counts.load(counts + i * TILE_WARPS + warp) };
+            rank[i] = if first[i] {
+                (offset & 0xffff) + (first_votes[i] & below_lane).count_ones()
+            } else {
+                (offset >> 16) + (second_votes[i] & below_lane).count_ones()
+            };
+        }
+    });
+    let total = unsafe { tile_counts.load(counts + TILE_ITEMS * TILE_WARPS) };
+    TilePlaces { rank, first_total: total & 0xffff, second_total: total >> 16 }
+}
