@@ -9,7 +9,10 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput};
-use gpu_select::{Algorithm, BackendKind, DeviceBuffer, Gpu, Order, SelectKey, TopK, TopKOptions};
+use gpu_select::{
+    Algorithm, BackendKind, DeviceBuffer, Gpu, Order, SampleSelectPolicy, SelectAlgorithm, SelectKey,
+    SelectOptions, TopK, TopKOptions,
+};
 
 /// One measured case of the summary.
 struct Case {
@@ -124,6 +127,7 @@ fn bench_top_k<K: SelectKey>(
         Algorithm::Bitonic => "bitonic",
         Algorithm::RadixSelect => "radix",
         Algorithm::BlockSort => "block-sort",
+        Algorithm::SampleSelect => "sample",
         _ => "auto",
     };
     let sorted = if options.sorted { "" } else { " unsorted" };
@@ -148,6 +152,171 @@ fn bench_top_k<K: SelectKey>(
         floor_ms,
         predicted_ms: gpu.top_k_predicted_ms::<K>(n, k, options.algorithm),
     });
+}
+
+/// Exact selection of rank `k` (`select_into`: queues the levels, reads the outcome back).
+fn bench_select<K: SelectKey>(
+    criterion: &mut Criterion,
+    gpu: &Gpu,
+    data: &DeviceBuffer<K>,
+    (k, options): (usize, SelectOptions),
+    label: &str,
+    floor_ms: f64,
+    cases: &mut Vec<Case>,
+) {
+    let n = data.len();
+    let bytes = gpu.select_workspace_bytes::<K>(n, &options).unwrap();
+    let mut workspace = gpu.alloc_zeroed::<u8>(bytes).unwrap();
+    let algorithm = match options.algorithm {
+        SelectAlgorithm::QuickSelect => "quick",
+        SelectAlgorithm::SampleSelect => "sample",
+        _ => "auto",
+    };
+    let policy = options.policy.map_or(String::new(), |p| {
+        format!(
+            " [b=2^{} s={} bps={}{}]",
+            p.bucket_bits,
+            p.sample_size,
+            p.blocks_per_sm,
+            if p.warp_aggregated { " warp-agg" } else { "" }
+        )
+    });
+    let name = format!("{algorithm} {} n=2^{} k={k}{policy} {label}", K::NAME, n.trailing_zeros());
+    let mut samples = Samples::default();
+    let mut group = criterion.benchmark_group("select");
+    group.throughput(Throughput::Bytes(data.bytes() as u64));
+    group.bench_function(BenchmarkId::from_parameter(&name), |b| {
+        b.iter_custom(|iterations| {
+            timed(gpu, &mut samples, iterations, || {
+                gpu.select_into(data, k, &options, &mut workspace).map(|_| ())
+            })
+        })
+    });
+    group.finish();
+    cases.push(Case {
+        group: "select",
+        name,
+        elements: n as u64,
+        bytes: data.bytes() as u64,
+        median_ms: samples.median(),
+        floor_ms,
+        predicted_ms: None,
+    });
+}
+
+/// Approximate selection with `buckets` buckets at 20 random ranks: the time of the median
+/// rank, and the mean relative rank error (|rank − k| / n) over the 20 in the case name.
+fn bench_select_approx(
+    criterion: &mut Criterion,
+    gpu: &Gpu,
+    data: &DeviceBuffer<f32>,
+    buckets: usize,
+    floor_ms: f64,
+    cases: &mut Vec<Case>,
+) {
+    let n = data.len();
+    let mut state = 99u64;
+    let mut error_sum = 0.0;
+    for _ in 0..20 {
+        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let k = ((state >> 11) % n as u64) as usize;
+        let approx = gpu.select_approx(data, k, buckets).unwrap();
+        error_sum += approx.error(k as u64) as f64 / n as f64;
+    }
+    let mean_error = error_sum / 20.0;
+    let name = format!(
+        "approx f32 n=2^{} k=n/2 buckets={buckets} (mean rank error over 20 ranks {:.4} %)",
+        n.trailing_zeros(),
+        mean_error * 100.0
+    );
+    let mut samples = Samples::default();
+    let mut group = criterion.benchmark_group("select_approx");
+    group.throughput(Throughput::Bytes(data.bytes() as u64));
+    group.bench_function(BenchmarkId::from_parameter(&name), |b| {
+        b.iter_custom(|iterations| {
+            timed(gpu, &mut samples, iterations, || gpu.select_approx(data, n / 2, buckets).map(|_| ()))
+        })
+    });
+    group.finish();
+    cases.push(Case {
+        group: "select_approx",
+        name,
+        elements: n as u64,
+        bytes: data.bytes() as u64,
+        median_ms: samples.median(),
+        floor_ms,
+        predicted_ms: None,
+    });
+}
+
+/// The selection cases at 2^28 f32: exact median by both algorithms on uniform and
+/// duplicate-heavy inputs, approximate selection, SampleSelect top-k, and the policy sweep
+/// that chose [`SampleSelectPolicy::for_device`].
+fn bench_selection(
+    criterion: &mut Criterion,
+    gpu: &Gpu,
+    keys: &DeviceBuffer<f32>,
+    floor_ms: f64,
+    cases: &mut Vec<Case>,
+) {
+    let n = keys.len();
+    let sample = SelectOptions::default().with_algorithm(SelectAlgorithm::SampleSelect);
+    let quick = SelectOptions::default().with_algorithm(SelectAlgorithm::QuickSelect);
+    eprintln!("select: median, uniform");
+    bench_select(criterion, gpu, keys, (n / 2, sample), "uniform", floor_ms, cases);
+    bench_select(criterion, gpu, keys, (n / 2, quick), "uniform", floor_ms, cases);
+    bench_select(criterion, gpu, keys, (n / 100, sample), "uniform", floor_ms, cases);
+    eprintln!("select: approximate");
+    for buckets in [256, 1024] {
+        bench_select_approx(criterion, gpu, keys, buckets, floor_ms, cases);
+    }
+    eprintln!("select: SampleSelect top-k");
+    let sample_top_k = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::SampleSelect);
+    for (k, options) in
+        [(1024, sample_top_k), (262_144, sample_top_k), (262_144, sample_top_k.with_sorted(false))]
+    {
+        bench_top_k(criterion, gpu, keys, (k, options), "uniform", floor_ms, cases);
+    }
+    eprintln!("select: policy sweep");
+    let default = SampleSelectPolicy::for_device(gpu);
+    for policy in [
+        SampleSelectPolicy { warp_aggregated: true, ..default },
+        SampleSelectPolicy { bucket_bits: 7, ..default },
+        SampleSelectPolicy { bucket_bits: 6, ..default },
+        SampleSelectPolicy { sample_size: 1024, ..default },
+        SampleSelectPolicy { blocks_per_sm: 1, ..default },
+        SampleSelectPolicy { blocks_per_sm: 3, ..default },
+        SampleSelectPolicy { blocks_per_sm: 4, ..default },
+    ] {
+        bench_select(criterion, gpu, keys, (n / 2, sample.with_policy(policy)), "uniform", floor_ms, cases);
+    }
+}
+
+/// Selection on inputs with repeated keys: all equal, and d distinct values (the paper's).
+fn bench_selection_duplicates(
+    criterion: &mut Criterion,
+    gpu: &Gpu,
+    n: usize,
+    floor_ms: f64,
+    cases: &mut Vec<Case>,
+) {
+    let sample = SelectOptions::default().with_algorithm(SelectAlgorithm::SampleSelect);
+    let sample_top_k = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::SampleSelect);
+    for distinct in [1u64, 16, 1024] {
+        let mut state = distinct;
+        let values: Vec<f32> = (0..n)
+            .map(|_| {
+                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((state >> 33) % distinct) as f32
+            })
+            .collect();
+        let data = gpu.upload(&values).unwrap();
+        drop(values);
+        let label = if distinct == 1 { "all-equal".to_string() } else { format!("d={distinct}") };
+        eprintln!("select: {label}");
+        bench_select(criterion, gpu, &data, (n / 2, sample), &label, floor_ms, cases);
+        bench_top_k(criterion, gpu, &data, (1024, sample_top_k), &label, floor_ms, cases);
+    }
 }
 
 /// Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
@@ -316,7 +485,9 @@ fn main() {
             bench_top_k(&mut criterion, &gpu, &keys, (k, options), "uniform", floor_ms, &mut cases);
         }
         if log_n == 28 {
+            bench_selection(&mut criterion, &gpu, &keys, floor_ms, &mut cases);
             drop(keys);
+            bench_selection_duplicates(&mut criterion, &gpu, n, floor_ms, &mut cases);
             // The distributions whose time must stay within 10 % of uniform.
             let ascending: Vec<f32> = (0..n).map(|i| i as f32).collect();
             let all_equal = vec![1.0f32; n];

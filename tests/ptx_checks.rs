@@ -45,6 +45,7 @@ fn every_table_kernel_is_exported_with_the_host_parameter_size() {
     use gpu_select_kernels::merge::MergeParams;
     use gpu_select_kernels::params::BlockSortParams;
     use gpu_select_kernels::probe::ProbeParams;
+    use gpu_select_kernels::select::sample::SampleParams;
     use gpu_select_kernels::topk::bitonic::TopKParams;
     use gpu_select_kernels::topk::radix::RadixParams;
     for (arch, ptx) in [("sm_80", PTX_SM80), ("sm_90", PTX_SM90)] {
@@ -55,6 +56,7 @@ fn every_table_kernel_is_exported_with_the_host_parameter_size() {
                 _ if name.starts_with("block_sort_") => size_of::<BlockSortParams<f32>>(),
                 _ if name.starts_with("topk_bitonic_") => size_of::<TopKParams<f32>>(),
                 _ if name.starts_with("radix_") => size_of::<RadixParams<f32>>(),
+                _ if name.starts_with("sample_select_") => size_of::<SampleParams<f32>>(),
                 _ if name.starts_with("merge_runs_") => size_of::<MergeParams<f32>>(),
                 _ if name.starts_with("probe_") => size_of::<ProbeParams>(),
                 "read_floor_u32" => size_of::<ReadFloorParams>(),

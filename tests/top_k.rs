@@ -6,60 +6,8 @@
 
 mod common;
 
-use common::{SplitMix, TestKey};
+use common::{DISTRIBUTIONS, Distribution, TestKey, generate};
 use gpu_select::{Algorithm, Error, Gpu, Order, TopKOptions, reference};
-
-#[derive(Clone, Copy, Debug)]
-enum Distribution {
-    Uniform,
-    Ascending,
-    Descending,
-    AllEqual,
-    FewDistinct(u64),
-    Specials,
-    /// All equal but four values, one of them far above and one far below.
-    Outliers,
-}
-
-const DISTRIBUTIONS: [Distribution; 8] = [
-    Distribution::Uniform,
-    Distribution::Ascending,
-    Distribution::Descending,
-    Distribution::AllEqual,
-    Distribution::FewDistinct(2),
-    Distribution::FewDistinct(16),
-    Distribution::Specials,
-    Distribution::Outliers,
-];
-
-fn generate<K: TestKey>(n: usize, distribution: Distribution, seed: u64) -> Vec<K> {
-    let mut random = SplitMix(seed);
-    let specials = K::specials();
-    match distribution {
-        Distribution::Uniform => (0..n).map(|_| K::random(random.next())).collect(),
-        Distribution::Ascending => (0..n).map(|i| K::from_rank(i as i64)).collect(),
-        Distribution::Descending => (0..n).map(|i| K::from_rank(-(i as i64))).collect(),
-        Distribution::AllEqual => vec![K::from_rank(3); n],
-        Distribution::FewDistinct(d) => (0..n).map(|_| K::from_rank((random.next() % d) as i64)).collect(),
-        Distribution::Specials => (0..n)
-            .map(|_| {
-                let pick = random.next();
-                if pick.is_multiple_of(4) {
-                    K::random(pick)
-                } else {
-                    specials[(pick >> 8) as usize % specials.len()]
-                }
-            })
-            .collect(),
-        Distribution::Outliers => {
-            let mut keys = vec![K::from_rank(5); n];
-            for (j, i) in [0, n / 3, n / 2, n - 1].into_iter().enumerate() {
-                keys[i] = K::from_rank([1000, -1000, 6, 4][j]);
-            }
-            keys
-        }
-    }
-}
 
 /// Runs the top-k and compares with the oracle: exactly for a sorted result; for an
 /// unsorted one, as a set (after sorting it the oracle's way).
@@ -118,6 +66,9 @@ fn check_all<K: TestKey>() {
                 let radix = TopKOptions::new(order).with_algorithm(Algorithm::RadixSelect);
                 check(&gpu, &data, k, radix.with_sorted(false), &format!("{context} radix unsorted"));
                 check(&gpu, &data, k, radix, &format!("{context} radix sorted"));
+                let sample = TopKOptions::new(order).with_algorithm(Algorithm::SampleSelect);
+                check(&gpu, &data, k, sample.with_sorted(false), &format!("{context} sample unsorted"));
+                check(&gpu, &data, k, sample, &format!("{context} sample sorted"));
             }
         }
     }
@@ -170,9 +121,10 @@ fn bitonic_for_every_queue_size_and_small_inputs() {
 }
 
 #[test]
-fn radix_select_takes_any_k() {
-    // k past the bitonic limit and up to n, unsorted; the buffers' capacity (n/32) is
-    // exceeded at some levels and not at others; few distinct values end levels early.
+fn radix_and_sample_select_take_any_k() {
+    // k past the bitonic limit and up to n, unsorted; radix's buffers (n/32) are exceeded
+    // at some levels and not at others; few distinct values end levels early (equality
+    // buckets, for SampleSelect).
     let gpu = common::gpu();
     let n = if common::on_emulator(&gpu) { 30_000 } else { 3_000_000 };
     for (d, &distribution) in
@@ -181,12 +133,14 @@ fn radix_select_takes_any_k() {
         let data = generate::<f32>(n, distribution, 91 + d as u64);
         for k in [257, 2048, n / 3, n - 1, n] {
             for order in [Order::Smallest, Order::Largest] {
-                let options = TopKOptions::new(order).with_algorithm(Algorithm::RadixSelect);
-                let context = format!("radix n={n} k={k} {distribution:?} {order:?}");
-                check(&gpu, &data, k, options.with_sorted(false), &format!("{context} unsorted"));
-                // Sorted: the block sort's runs of 2048 and 1 to 4 merge passes.
-                if k != n - 1 {
-                    check(&gpu, &data, k, options, &format!("{context} sorted"));
+                for algorithm in [Algorithm::RadixSelect, Algorithm::SampleSelect] {
+                    let options = TopKOptions::new(order).with_algorithm(algorithm);
+                    let context = format!("{algorithm:?} n={n} k={k} {distribution:?} {order:?}");
+                    check(&gpu, &data, k, options.with_sorted(false), &format!("{context} unsorted"));
+                    // Sorted: the block sort's runs of 2048 and 1 to 4 merge passes.
+                    if k != n - 1 {
+                        check(&gpu, &data, k, options, &format!("{context} sorted"));
+                    }
                 }
             }
         }
@@ -223,15 +177,20 @@ fn algorithms_agree_with_each_other() {
     for n in [1usize, 100, 2048] {
         let data = generate::<i64>(n, Distribution::FewDistinct(16), 5);
         for k in [1, n.div_ceil(2).min(256), n.min(256)] {
-            let results: Vec<_> =
-                [Algorithm::Bitonic, Algorithm::BlockSort, Algorithm::RadixSelect, Algorithm::Auto]
-                    .into_iter()
-                    .map(|algorithm| {
-                        let options = TopKOptions::new(Order::Largest).with_algorithm(algorithm);
-                        let top = gpu.top_k_with(&gpu.upload(&data).unwrap(), k, &options).unwrap();
-                        (gpu.download(&top.values).unwrap(), gpu.download(&top.indices).unwrap())
-                    })
-                    .collect();
+            let results: Vec<_> = [
+                Algorithm::Bitonic,
+                Algorithm::BlockSort,
+                Algorithm::RadixSelect,
+                Algorithm::SampleSelect,
+                Algorithm::Auto,
+            ]
+            .into_iter()
+            .map(|algorithm| {
+                let options = TopKOptions::new(Order::Largest).with_algorithm(algorithm);
+                let top = gpu.top_k_with(&gpu.upload(&data).unwrap(), k, &options).unwrap();
+                (gpu.download(&top.values).unwrap(), gpu.download(&top.indices).unwrap())
+            })
+            .collect();
             assert!(results.windows(2).all(|pair| pair[0] == pair[1]), "n={n} k={k}");
         }
     }
@@ -333,7 +292,7 @@ fn inputs_above_2_pow_31_on_a_gpu() {
     data[(1 << 31) + 1] = 2.0;
     data[12] = 1.0;
     let device_data = gpu.upload(&data).unwrap();
-    for algorithm in [Algorithm::Auto, Algorithm::Bitonic, Algorithm::RadixSelect] {
+    for algorithm in [Algorithm::Auto, Algorithm::Bitonic, Algorithm::RadixSelect, Algorithm::SampleSelect] {
         let options = TopKOptions::new(Order::Largest).with_algorithm(algorithm);
         let top = gpu.top_k_with(&device_data, 3, &options).unwrap();
         assert_eq!(gpu.download(&top.values).unwrap(), [3.0, 2.0, 1.0], "{algorithm:?}");

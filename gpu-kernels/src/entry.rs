@@ -11,6 +11,10 @@ use crate::key::Key;
 use crate::merge::{MergeParams, merge_runs};
 use crate::params::BlockSortParams;
 use crate::probe::{ProbeParams, global_atomics, indices, shared_memory, warp_collectives};
+use crate::select::sample::{
+    SampleParams, choose as sample_choose_body, count as sample_count_body, filter as sample_filter_body,
+    nearest as sample_nearest_body, sample as sample_sample_body,
+};
 use crate::topk::bitonic::{TopKParams, reduce_q1, reduce_q2, reduce_q4, reduce_q8};
 use crate::topk::radix::{
     RadixParams, choose as radix_choose_body, count as radix_count_body, filter as radix_filter_body,
@@ -55,6 +59,16 @@ pub trait KernelKey: Key {
     const RADIX_CHOOSE: KernelId<RadixParams<Self>>;
     /// Radix-select top-k: outputs and candidates of one level.
     const RADIX_FILTER: KernelId<RadixParams<Self>>;
+    /// SampleSelect: a level's sample and splitters (or the base case).
+    const SAMPLE_SELECT_SAMPLE: KernelId<SampleParams<Self>>;
+    /// SampleSelect: buckets, oracles and histograms of a level.
+    const SAMPLE_SELECT_COUNT: KernelId<SampleParams<Self>>;
+    /// SampleSelect: a level's target bucket, block offsets and next level.
+    const SAMPLE_SELECT_CHOOSE: KernelId<SampleParams<Self>>;
+    /// SampleSelect: a level's target bucket to the next buffer (and top-k outputs).
+    const SAMPLE_SELECT_FILTER: KernelId<SampleParams<Self>>;
+    /// SampleSelect, approximate: the splitter nearest to the wanted rank.
+    const SAMPLE_SELECT_NEAREST: KernelId<SampleParams<Self>>;
     /// Merge of neighbouring sorted runs (merge path).
     const MERGE_RUNS: KernelId<MergeParams<Self>>;
     /// Every kernel name of this key type, as in the PTX.
@@ -72,6 +86,11 @@ crate::__kernel_table! {
         RADIX_COUNT = radix_count(RadixParams) => radix_count_body;
         RADIX_CHOOSE = radix_choose(RadixParams) => radix_choose_body;
         RADIX_FILTER = radix_filter(RadixParams) => radix_filter_body;
+        SAMPLE_SELECT_SAMPLE = sample_select_sample(SampleParams) => sample_sample_body;
+        SAMPLE_SELECT_COUNT = sample_select_count(SampleParams) => sample_count_body;
+        SAMPLE_SELECT_CHOOSE = sample_select_choose(SampleParams) => sample_choose_body;
+        SAMPLE_SELECT_FILTER = sample_select_filter(SampleParams) => sample_filter_body;
+        SAMPLE_SELECT_NEAREST = sample_select_nearest(SampleParams) => sample_nearest_body;
     }
     plain {
         /// Read-only pass over a buffer: the benchmarks' floor.

@@ -16,6 +16,7 @@
 //! | [`block`] | block-wide networks in shared memory (bitonic sort), prefix sums |
 //! | [`merge`] | device-wide merge of sorted runs (merge path) |
 //! | [`topk`] | the top-k algorithms |
+//! | [`select`] | selection by rank (SampleSelect, QuickSelect) |
 //! | [`entry`] | the exported kernels, generated from one table |
 //!
 //! [`key`] holds the order-preserving key encodings and [`params`] the `#[repr(C)]`
@@ -44,6 +45,7 @@ pub mod key;
 pub mod merge;
 pub mod params;
 pub mod probe;
+pub mod select;
 pub mod thread;
 pub mod topk;
 pub mod warp;

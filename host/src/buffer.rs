@@ -230,6 +230,37 @@ impl Gpu {
         }
     }
 
+    /// Copies `values.len()` values from a device address of this `Gpu` (a workspace
+    /// region), after all queued work has finished. The caller guarantees the range lies
+    /// inside a live buffer.
+    pub(crate) fn copy_from_address<T: DeviceValue>(&self, address: u64, values: &mut [T]) -> Result<()> {
+        let bytes = std::mem::size_of_val(values);
+        self.synchronize()?;
+        if bytes == 0 {
+            return Ok(());
+        }
+        match &*self.inner {
+            Backend::Cuda(device) => {
+                device.make_current()?;
+                check_driver(
+                    unsafe { cust::sys::cuMemcpyDtoH_v2(values.as_mut_ptr().cast(), address, bytes) },
+                    "copying from the device",
+                    bytes,
+                )
+            }
+            Backend::Emulator(_) => {
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        address as usize as *const u8,
+                        values.as_mut_ptr().cast::<u8>(),
+                        bytes,
+                    )
+                };
+                Ok(())
+            }
+        }
+    }
+
     /// Copies `buffer` back to a new vector, after all queued work has finished.
     pub fn download<T: DeviceValue>(&self, buffer: &DeviceBuffer<T>) -> Result<Vec<T>> {
         let mut values = vec![T::default(); buffer.len];

@@ -32,6 +32,7 @@ mod error;
 mod gpu;
 mod ptx;
 pub mod reference;
+mod select;
 mod sort;
 mod topk;
 
@@ -40,6 +41,7 @@ pub use error::{Error, Result};
 pub use gpu::{BACKEND_ENV, BackendKind, DeviceLimits, Gpu};
 pub use gpu_select_kernels::{Key, Order};
 pub use ptx::{PTX_SM80, PTX_SM90};
+pub use select::{ApproxSelection, SampleSelectPolicy, SelectAlgorithm, SelectOptions};
 pub use sort::{MAX_SMALL_SORT_LEN, SortedSegments};
 pub use topk::{Algorithm, TopK, TopKOptions};
 

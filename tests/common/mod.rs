@@ -38,6 +38,59 @@ impl SplitMix {
     }
 }
 
+/// The input distributions of design.md §4.
+#[derive(Clone, Copy, Debug)]
+pub enum Distribution {
+    Uniform,
+    Ascending,
+    Descending,
+    AllEqual,
+    FewDistinct(u64),
+    Specials,
+    /// All equal but four values, one of them far above and one far below.
+    Outliers,
+}
+
+pub const DISTRIBUTIONS: [Distribution; 8] = [
+    Distribution::Uniform,
+    Distribution::Ascending,
+    Distribution::Descending,
+    Distribution::AllEqual,
+    Distribution::FewDistinct(2),
+    Distribution::FewDistinct(16),
+    Distribution::Specials,
+    Distribution::Outliers,
+];
+
+pub fn generate<K: TestKey>(n: usize, distribution: Distribution, seed: u64) -> Vec<K> {
+    let mut random = SplitMix(seed);
+    let specials = K::specials();
+    match distribution {
+        Distribution::Uniform => (0..n).map(|_| K::random(random.next())).collect(),
+        Distribution::Ascending => (0..n).map(|i| K::from_rank(i as i64)).collect(),
+        Distribution::Descending => (0..n).map(|i| K::from_rank(-(i as i64))).collect(),
+        Distribution::AllEqual => vec![K::from_rank(3); n],
+        Distribution::FewDistinct(d) => (0..n).map(|_| K::from_rank((random.next() % d) as i64)).collect(),
+        Distribution::Specials => (0..n)
+            .map(|_| {
+                let pick = random.next();
+                if pick.is_multiple_of(4) {
+                    K::random(pick)
+                } else {
+                    specials[(pick >> 8) as usize % specials.len()]
+                }
+            })
+            .collect(),
+        Distribution::Outliers => {
+            let mut keys = vec![K::from_rank(5); n];
+            for (j, i) in [0, n / 3, n / 2, n - 1].into_iter().enumerate() {
+                keys[i] = K::from_rank([1000, -1000, 6, 4][j]);
+            }
+            keys
+        }
+    }
+}
+
 /// How the tests make and compare keys of each type.
 pub trait TestKey: SelectKey {
     /// A key from 64 random bits, spread over negative and positive values.

@@ -78,7 +78,7 @@ pub(crate) fn predict_ms(
             let wide = if key_bytes > 4 { 2.0 } else { 1.0 };
             Line { fixed_ms: RADIX.fixed_ms * wide, ..RADIX }
         }
-        Algorithm::Auto => return None,
+        Algorithm::Auto | Algorithm::SampleSelect => return None,
     };
     let scale = FITTED_MULTIPROCESSORS / device.multiprocessors.max(1) as f64;
     // 64-bit keys are not measured yet: the same work per input is assumed, and the read

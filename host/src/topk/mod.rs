@@ -3,12 +3,14 @@
 mod bitonic;
 mod cost;
 mod radix;
+mod sample;
 
 use gpu_select_kernels::params::GlobalPtr;
 use gpu_select_kernels::topk::bitonic::MAX_BITONIC_K;
 
 use self::bitonic::{BitonicPlan, BitonicWorkspace};
 use self::radix::{RadixPlan, RadixWorkspace};
+use self::sample::{SampleTopKPlan, SampleTopKWorkspace};
 
 use crate::buffer::DeviceBuffer;
 use crate::error::{Error, Result};
@@ -37,6 +39,12 @@ pub enum Algorithm {
     /// and keeps only the target bucket. Any `k` and `n`; its time depends little on `k`
     /// (about three reads of the data for uniform floats), so it wins for large `k`.
     RadixSelect,
+    /// SampleSelect with the fused filter (Ribizel & Anzt): each level samples 2048 keys,
+    /// splits the candidates into 256 buckets by the sorted sample, sends the buckets
+    /// better than the target straight to the output and keeps the target bucket. About two
+    /// reads of the data (a count and an oracle-driven filter); repeated keys end it early
+    /// (equality buckets). Any `k` and `n`.
+    SampleSelect,
 }
 
 impl Algorithm {
@@ -46,7 +54,7 @@ impl Algorithm {
         match self {
             Algorithm::Bitonic => k <= MAX_BITONIC_K as u64 && n < 1 << 32,
             Algorithm::BlockSort => n <= crate::MAX_SMALL_SORT_LEN as u64,
-            Algorithm::Auto | Algorithm::RadixSelect => true,
+            Algorithm::Auto | Algorithm::RadixSelect | Algorithm::SampleSelect => true,
         }
     }
 }
@@ -97,20 +105,20 @@ const WORKSPACE_ALIGN: usize = 256;
 /// Carves a workspace into aligned regions: each algorithm sizes and places its regions
 /// with one function, so the size query and the run cannot disagree.
 #[derive(Clone, Copy, Debug, Default)]
-struct WorkspaceCarver {
+pub(crate) struct WorkspaceCarver {
     bytes: usize,
 }
 
 impl WorkspaceCarver {
     /// A region of `bytes` bytes: its offset.
-    fn region(&mut self, bytes: usize) -> usize {
+    pub(crate) fn region(&mut self, bytes: usize) -> usize {
         let start = self.bytes;
         self.bytes = (start + bytes).div_ceil(WORKSPACE_ALIGN) * WORKSPACE_ALIGN;
         start
     }
 
     /// Bytes carved so far.
-    fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         self.bytes
     }
 }
@@ -223,6 +231,7 @@ impl Gpu {
             Plan::Bitonic(plan) => self.run_bitonic(data, k as u32, options.order, &plan, base, out),
             Plan::BlockSort => self.run_block_sort(data, k, options.order, base, out),
             Plan::Radix(plan) => self.run_radix(data, k, options.order, &plan, base, out),
+            Plan::Sample(plan) => self.run_sample_top_k(data, k, options.order, &plan, base, out),
         }
     }
 
@@ -300,6 +309,14 @@ impl Gpu {
             Algorithm::Auto | Algorithm::RadixSelect => {
                 Ok(Plan::Radix(RadixPlan::new(n as u64, multiprocessors, options.sorted && k > 1)))
             }
+            Algorithm::SampleSelect => {
+                let select = self.plan_select(
+                    n,
+                    &crate::SelectOptions::new(options.order),
+                    gpu_select_kernels::select::sample::flags::EMIT,
+                )?;
+                Ok(Plan::Sample(SampleTopKPlan { select, sort_output: options.sorted && k > 1 }))
+            }
             Algorithm::BlockSort if takes => Ok(Plan::BlockSort),
             Algorithm::BlockSort => Err(Error::invalid(format!(
                 "Algorithm::BlockSort takes at most {} keys; the input has {n}",
@@ -319,6 +336,7 @@ enum Plan {
     Bitonic(BitonicPlan),
     BlockSort,
     Radix(RadixPlan),
+    Sample(SampleTopKPlan),
 }
 
 impl Plan {
@@ -328,6 +346,7 @@ impl Plan {
             Plan::Bitonic(plan) => BitonicWorkspace::new(plan, k as u32, key_bytes).bytes,
             Plan::BlockSort => BlockSortWorkspace::new(n, key_bytes).bytes,
             Plan::Radix(plan) => RadixWorkspace::new(plan, k, key_bytes).bytes,
+            Plan::Sample(plan) => SampleTopKWorkspace::new(plan, n, k, key_bytes).bytes,
         }
     }
 }

@@ -1,0 +1,897 @@
+//! SampleSelect (Ribizel & Anzt) and QuickSelect: the element of rank `k`, one level's
+//! approximation of it, and the top `k` through the fused filter.
+//!
+//! Keys are compared as *rank bits*: ordered bits, complemented for "largest first", so the
+//! wanted element is always the `k`-th smallest rank (`k` counted from 1 here). Each level
+//! works on the level's candidates (first the data, then a candidate buffer):
+//!
+//! 1. **sample** (`sample_select_sample_<key>`, one block): a pseudo-random sample of the
+//!    candidates, sorted in shared memory by the block bitonic sort; `b − 1` splitters at the
+//!    `i/b` percentiles, `b = 2^bucket_bits ≤ 256`. Bucket `i` holds the ranks in
+//!    `[s_{i−1}, s_i)`. A splitter that repeats the one before it becomes its successor
+//!    (`s + 1`), so the bucket `[s, s + 1)` holds the one value `s`: an *equality bucket*. A
+//!    level whose target is such a bucket ends the selection, which is what makes duplicates
+//!    cheap. When the candidates fit one sort (2048), the sample *is* the candidates: the
+//!    block sort is the base case. Selection reads its answer there; top-k makes the exact
+//!    splitters `[v, v + 1, …]` around the answer `v`, so that the next steps emit the top `k`.
+//!    QuickSelect (`SINGLE_PIVOT`) takes the sample's median `p` and the splitters
+//!    `[p, p + 1, p + 1]`: a three-way partition.
+//! 2. **count** (`sample_select_count_<key>`): each input walks the splitters stored as an
+//!    implicit binary search tree (node `i`, children `2i + 1` and `2i + 2`) in shared memory
+//!    — branch-free, one compare per level — counts its bucket in a shared histogram (runs of
+//!    one bucket add with one atomic; or, as an option, warp-aggregated through
+//!    `match.any.sync`), and stores its bucket as a one-byte *oracle*. Each block publishes
+//!    its cumulative histogram, and its counts to the level's totals.
+//! 3. **choose** (`sample_select_choose_<key>`, one block): the target bucket (the one
+//!    holding the `k`-th smallest rank), the blocks' output offsets (exclusive scans over
+//!    blocks: the reduce step), and the next level.
+//! 4. **filter** (`sample_select_filter_<key>`): each block reads its oracles and copies the
+//!    target bucket's inputs, in input order, to the next candidate buffer. With `EMIT`
+//!    (top-k) the buckets before the target go straight to the output (the paper's fusion),
+//!    and a final level sends the target's first inputs there.
+//!
+//! Approximate selection runs sample and count (without oracles) once, then
+//! `sample_select_nearest_<key>`: the sample value whose exact rank range (from the counts)
+//! is nearest to `k`.
+//!
+//! The host queues levels without reading anything back; each level's state lives in device
+//! memory ([`SampleLevel`]), kernels of levels that are not reached return at once, and the
+//! host checks [`SampleOutcome::done`] only after the levels it expects to need. A target
+//! bucket larger than the candidate buffers (a sample so unrepresentative that it does not
+//! happen in practice) makes the next level draw a new sample of the same candidates.
+
+use crate::block::bitonic_sort::{
+    BlockSortLayout, MAX_BLOCK_SORT_LEN, PAIRS_PER_THREAD, sort_capacity, sort_slots,
+};
+use crate::block::tiles::{
+    BucketRuns, HISTOGRAM_BUCKETS, TILE, TILE_COUNT_SET, TILE_ITEMS, TILE_THREADS, TILE_WARPS, Tile,
+    block_range, load_tile, place_in_order, publish_histogram, scan_block_offsets, unroll_items,
+};
+use crate::device::{self, SharedLayout, SharedRegion, SharedSlice};
+use crate::key::{Key, OrderedBits};
+use crate::params::{GlobalPtr, Order};
+use crate::warp::bitonic::WarpPairs;
+
+/// Threads per block of every SampleSelect kernel.
+pub const SAMPLE_THREADS: u32 = TILE_THREADS;
+/// The most buckets of approximate selection (which keeps no oracles).
+pub const MAX_BUCKETS: usize = 1 << MAX_BUCKET_BITS;
+/// The most bucket bits of approximate selection.
+pub const MAX_BUCKET_BITS: u32 = 10;
+/// The most bucket bits of exact selection and top-k: one-byte oracles, and one histogram
+/// bucket per thread for the blocks' cumulative histograms.
+pub const MAX_EXACT_BUCKET_BITS: u32 = 8;
+/// The largest sample, and the most candidates the base case sorts: one block sort.
+pub const MAX_SAMPLE: u32 = MAX_BLOCK_SORT_LEN;
+/// The most blocks a count or filter launch may have.
+pub const MAX_SAMPLE_BLOCKS: u32 = 1024;
+/// Level states the host provides: the most levels one selection may take.
+pub const LEVEL_SLOTS: usize = 64;
+/// Entries of the splitter array: two sets of [`MAX_BUCKETS`] by level parity, then one flag
+/// per splitter of the latest sample (1: a sampled value; 0: a successor made for an
+/// equality bucket).
+pub const SPLITTER_SLOTS: usize = 3 * MAX_BUCKETS;
+
+const _: () = assert!(1 << MAX_EXACT_BUCKET_BITS == HISTOGRAM_BUCKETS);
+
+/// Where a level's candidates are: [`SampleLevel::source`].
+pub mod source {
+    /// The level is not reached.
+    pub const NONE: u32 = 0;
+    /// All of the data.
+    pub const DATA: u32 = 1;
+    /// Candidate buffer 0.
+    pub const BUFFER_0: u32 = 2;
+    /// Candidate buffer 1.
+    pub const BUFFER_1: u32 = 3;
+}
+
+/// What a level's choose kernel decided: [`SampleDecision::action`].
+pub mod action {
+    /// Not decided yet (the count runs).
+    pub const PENDING: u32 = 0;
+    /// The target bucket becomes the next level's candidates.
+    pub const NEXT: u32 = 1;
+    /// The selection ends here: the answer is known, and with `EMIT` the filter sends the
+    /// target's first inputs to the output.
+    pub const FINISH: u32 = 2;
+    /// The target bucket does not fit a candidate buffer: the next level samples the same
+    /// candidates again.
+    pub const RETRY: u32 = 3;
+}
+
+/// Bits of [`SampleParams::flags`].
+pub mod flags {
+    /// Top-k: better buckets and the final ties go to the output, with their indices.
+    pub const EMIT: u32 = 1;
+    /// Count with warp-aggregated atomics (`match.any.sync`) instead of per-thread runs.
+    pub const WARP_AGGREGATED: u32 = 2;
+    /// One level without oracles, for approximate selection.
+    pub const APPROXIMATE: u32 = 4;
+    /// QuickSelect: one pivot (the sample median) and a three-way partition.
+    pub const SINGLE_PIVOT: u32 = 8;
+}
+
+/// The state of one level in device memory: the sample kernel initialises level 0; the
+/// choose kernel of level `L` writes its decision and level `L + 1`. The host clears all
+/// levels to zero before the first launch.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SampleLevel {
+    /// [`source`]: where the candidates are.
+    pub source: u32,
+    /// How many samples of these candidates were drawn before (see [`action::RETRY`]).
+    pub attempt: u32,
+    /// Number of candidates.
+    pub len: u64,
+    /// The wanted element is the `k_left`-th smallest rank among them (from 1).
+    pub k_left: u64,
+    /// Outputs written by earlier levels (`EMIT`).
+    pub written: u64,
+    /// The choose kernel's decision.
+    pub decision: SampleDecision,
+}
+
+/// What a level's choose kernel decides; its filter acts on it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SampleDecision {
+    /// [`action`].
+    pub action: u32,
+    /// The target bucket.
+    pub target: u32,
+    /// Candidates in buckets before the target.
+    pub better: u64,
+    /// Candidates in the target bucket.
+    pub target_len: u64,
+    /// On [`action::FINISH`] with `EMIT`: how many target inputs (first in input order) go
+    /// to the output.
+    pub ties_taken: u64,
+}
+
+/// The result the host reads back.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SampleOutcome {
+    /// 1 once the selection has ended.
+    pub done: u32,
+    /// Levels it took.
+    pub levels: u32,
+    /// The answer's rank bits (widened to 64): the selected element, or for approximate
+    /// selection the chosen splitter.
+    pub value: u64,
+    /// Approximate selection: the rank (from 0) of `value` nearest to the wanted one.
+    pub rank: u64,
+}
+
+/// Parameters of every SampleSelect kernel.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct SampleParams<K> {
+    /// The input keys.
+    pub data: GlobalPtr<K>,
+    /// Number of inputs.
+    pub len: u64,
+    /// The wanted element is the `k`-th smallest rank (from 1); with `EMIT`, the top `k`.
+    pub k: u64,
+    /// `EMIT`: `k` output keys (bit-exact copies of inputs).
+    pub keys_out: GlobalPtr<K>,
+    /// `EMIT`: their indices in the input.
+    pub indices_out: GlobalPtr<u64>,
+    /// [`LEVEL_SLOTS`] level states, cleared before the first launch.
+    pub levels: GlobalPtr<SampleLevel>,
+    /// The outcome, cleared before the first launch.
+    pub outcome: GlobalPtr<SampleOutcome>,
+    /// [`SPLITTER_SLOTS`] splitters (rank bits widened to 64), sorted.
+    pub splitters: GlobalPtr<u64>,
+    /// `2 × MAX_BUCKETS` bucket totals by level parity; the set of level 0 cleared before the first
+    /// launch (each choose kernel clears the next level's).
+    pub totals: GlobalPtr<u64>,
+    /// `blocks × 256`: each block's cumulative histogram of the current level.
+    pub cumulative: GlobalPtr<u32>,
+    /// `blocks`: where each block's better inputs start, among the level's.
+    pub better_offsets: GlobalPtr<u64>,
+    /// `blocks`: where each block's target inputs start, among the level's.
+    pub tie_offsets: GlobalPtr<u64>,
+    /// One bucket byte per candidate (`len` bytes).
+    pub oracles: GlobalPtr<u8>,
+    /// The two candidate buffers' keys, `capacity` each.
+    pub buffer_keys: [GlobalPtr<K>; 2],
+    /// Their indices (`EMIT` only; null otherwise).
+    pub buffer_indices: [GlobalPtr<u64>; 2],
+    /// Candidates each buffer holds (at least [`MAX_SAMPLE`]).
+    pub capacity: u64,
+    /// Seed of the sample positions.
+    pub seed: u64,
+    /// Blocks of the count and filter launches (at most [`MAX_SAMPLE_BLOCKS`]).
+    pub blocks: u32,
+    /// The level this launch works on.
+    pub level: u32,
+    /// [`Order::to_raw`].
+    pub order: u32,
+    /// Buckets are `2^bucket_bits`: 1 to [`MAX_EXACT_BUCKET_BITS`], or to
+    /// [`MAX_BUCKET_BITS`] with `APPROXIMATE`.
+    pub bucket_bits: u32,
+    /// Sample size, 2 to [`MAX_SAMPLE`].
+    pub sample_size: u32,
+    /// [`flags`].
+    pub flags: u32,
+}
+
+impl<K: Key> SampleParams<K> {
+    fn has(&self, flag: u32) -> bool {
+        self.flags & flag != 0
+    }
+
+    /// Rank bits are ordered bits xor this.
+    fn flip(&self) -> K::Bits {
+        if Order::from_raw(self.order) == Order::Largest { K::Bits::MAX } else { K::Bits::MIN }
+    }
+
+    /// The candidates of `level`: keys, indices (null: positions), count.
+    fn storage(&self, level: &SampleLevel) -> (GlobalPtr<K>, GlobalPtr<u64>, u64) {
+        match level.source {
+            source::DATA => (self.data, GlobalPtr::null(), self.len),
+            source::BUFFER_0 => (self.buffer_keys[0], self.buffer_indices[0], level.len),
+            _ => (self.buffer_keys[1], self.buffer_indices[1], level.len),
+        }
+    }
+
+    /// The splitter set of this launch's level.
+    fn level_splitters(&self) -> GlobalPtr<u64> {
+        self.splitters.offset((self.level as u64 % 2) * MAX_BUCKETS as u64)
+    }
+
+    /// The bucket totals of level `level`.
+    fn level_totals(&self, level: u32) -> GlobalPtr<u64> {
+        self.totals.offset((level as u64 % 2) * MAX_BUCKETS as u64)
+    }
+}
+
+/// The buffer the next level's candidates go to.
+fn next_source(current: u32) -> u32 {
+    if current == source::BUFFER_0 { source::BUFFER_1 } else { source::BUFFER_0 }
+}
+
+/// The smallest rank bits above `bits` (`MAX` stays).
+fn successor<B: OrderedBits>(bits: B) -> B {
+    if bits == B::MAX { bits } else { B::from_u64(bits.to_u64() + 1) }
+}
+
+/// Position of sample `i` among `len` candidates: splitmix64 of the seed, level, attempt and
+/// `i`, reduced modulo `len` (sampling with replacement).
+fn sample_position(seed: u64, level: u32, attempt: u32, i: u32, len: u64) -> u64 {
+    let mut z = seed
+        .wrapping_add((level as u64) << 40 | (attempt as u64) << 20 | i as u64)
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (z ^ (z >> 31)) % len
+}
+
+/// Shared memory of the sample kernel.
+#[derive(Clone, Copy, Debug)]
+pub struct SampleSortLayout<B> {
+    /// The block sort's slots.
+    pub sort: BlockSortLayout<B>,
+    /// The sorted sample.
+    pub sorted: SharedRegion<B>,
+    /// Bytes to ask for at launch.
+    pub bytes: usize,
+}
+
+impl<B> SampleSortLayout<B> {
+    /// The layout.
+    pub const fn new() -> Self {
+        let (layout, sort) = BlockSortLayout::after(SharedLayout::new(), MAX_SAMPLE);
+        let (layout, sorted) = layout.push::<B>(MAX_SAMPLE as usize);
+        Self { sort, sorted, bytes: layout.bytes() }
+    }
+}
+
+impl<B> Default for SampleSortLayout<B> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Shared memory of the count and filter kernels.
+#[derive(Clone, Copy, Debug)]
+pub struct SamplePassLayout<B> {
+    /// The splitters as an implicit search tree.
+    pub tree: SharedRegion<B>,
+    /// The block's bucket histogram.
+    pub histogram: SharedRegion<u32>,
+    /// Per-warp sums for block scans.
+    pub warp_sums: SharedRegion<u64>,
+    /// Two sets of tile counts for the ordered placement.
+    pub tile_counts: SharedRegion<u32>,
+    /// Bytes to ask for at launch.
+    pub bytes: usize,
+}
+
+impl<B> SamplePassLayout<B> {
+    /// The layout.
+    pub const fn new() -> Self {
+        let (layout, tree) = SharedLayout::new().push::<B>(MAX_BUCKETS);
+        let (layout, histogram) = layout.push::<u32>(MAX_BUCKETS);
+        let (layout, warp_sums) = layout.push::<u64>(TILE_WARPS);
+        let (layout, tile_counts) = layout.push::<u32>(2 * TILE_COUNT_SET);
+        Self { tree, histogram, warp_sums, tile_counts, bytes: layout.bytes() }
+    }
+}
+
+impl<B> Default for SamplePassLayout<B> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Shared memory of the choose kernel.
+#[derive(Clone, Copy, Debug)]
+pub struct SampleChooseLayout {
+    /// Per-warp sums of the bucket scan.
+    pub warp_sums: SharedRegion<u64>,
+    /// The target bucket, its total and the candidates before it.
+    pub target: SharedRegion<u64>,
+    /// Per block: better inputs, then target inputs.
+    pub block_counts: SharedRegion<u64>,
+    /// Bytes to ask for at launch.
+    pub bytes: usize,
+}
+
+impl SampleChooseLayout {
+    /// The layout.
+    pub const fn new() -> Self {
+        let (layout, warp_sums) = SharedLayout::new().push::<u64>(TILE_WARPS);
+        let (layout, target) = layout.push::<u64>(3);
+        let (layout, block_counts) = layout.push::<u64>(2 * MAX_SAMPLE_BLOCKS as usize);
+        Self { warp_sums, target, block_counts, bytes: layout.bytes() }
+    }
+}
+
+impl Default for SampleChooseLayout {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Reads the level of this launch; level 0 is initialised here (by the sample kernel, the
+/// first of every level).
+unsafe fn read_level<K: Key>(params: &SampleParams<K>) -> SampleLevel {
+    if params.level == 0 {
+        SampleLevel { source: source::DATA, len: params.len, k_left: params.k, ..SampleLevel::default() }
+    } else {
+        unsafe { params.levels.read(params.level as u64) }
+    }
+}
+
+/// The `sample_select_sample_<key>` kernel: the level's splitters, or the base case.
+///
+/// # Safety
+/// One block of [`SAMPLE_THREADS`] threads, [`SampleSortLayout::bytes`] of shared memory;
+/// the previous level's choose kernel has run.
+pub unsafe fn sample<K: Key>(params: SampleParams<K>) {
+    let level_index = params.level;
+    let level = unsafe { read_level(&params) };
+    let thread = device::thread_idx_x() as usize;
+    if level_index == 0 && thread == 0 {
+        unsafe { params.levels.write(0, level) };
+    }
+    if level.source == source::NONE {
+        return;
+    }
+    let flip = params.flip();
+    let (keys, _, len) = params.storage(&level);
+    // The base case: all candidates fit one sort, and the sample is all of them.
+    let base = len <= MAX_SAMPLE as u64;
+    let count = if base { len as u32 } else { params.sample_size };
+    let capacity = sort_capacity(count) as usize;
+    let layout = SampleSortLayout::<K::Bits>::new();
+    let sorted = unsafe { layout.sorted.bind() };
+
+    let lane = device::lane_id() as usize;
+    let warp_base = device::warp_id() as usize * 32 * PAIRS_PER_THREAD;
+    let mut pairs = WarpPairs::<K::Bits, PAIRS_PER_THREAD>::padding();
+    for r in 0..PAIRS_PER_THREAD {
+        let slot = warp_base + r * 32 + lane;
+        pairs.positions[r] = slot as u32;
+        if slot < count as usize {
+            let at = if base {
+                slot as u64
+            } else {
+                sample_position(params.seed, level_index, level.attempt, slot as u32, len)
+            };
+            pairs.bits[r] = unsafe { keys.read(at) }.to_ordered().xor(flip);
+        }
+    }
+    unsafe { sort_slots(&mut pairs, capacity, &layout.sort) };
+    for r in 0..PAIRS_PER_THREAD {
+        let slot = warp_base + r * 32 + lane;
+        if slot < count as usize {
+            unsafe { sorted.store(slot, pairs.bits[r]) };
+        }
+    }
+    unsafe { device::sync_threads() };
+
+    let emit = params.has(flags::EMIT);
+    let splitter_count = (1usize << params.bucket_bits) - 1;
+    if base {
+        let answer = unsafe { sorted.load(level.k_left as usize - 1) };
+        if !emit && !params.has(flags::APPROXIMATE) {
+            // Selection ends here; the level's other kernels see FINISH and return.
+            if thread == 0 {
+                let outcome = SampleOutcome {
+                    done: 1,
+                    levels: level_index + 1,
+                    value: answer.to_u64(),
+                    rank: params.k - 1,
+                };
+                unsafe {
+                    params.outcome.write(0, outcome);
+                    let slot = params.levels.as_ptr().add(level_index as usize);
+                    core::ptr::addr_of_mut!((*slot).decision.action).write(action::FINISH);
+                }
+            }
+            return;
+        }
+    }
+    let mut thread_splitter = thread;
+    while thread_splitter < splitter_count {
+        let thread = thread_splitter;
+        // Splitters at the percentiles; a repeat of the one before becomes its successor.
+        let (splitter, sampled) = if base {
+            // Exact splitters [v, v + 1, …] (top-k, approximate): the count and choose find
+            // v's equality bucket.
+            let answer = unsafe { sorted.load(level.k_left as usize - 1) };
+            if thread == 0 { (answer, true) } else { (successor(answer), false) }
+        } else if params.has(flags::SINGLE_PIVOT) {
+            let pivot = unsafe { sorted.load(count as usize / 2) };
+            if thread == 0 { (pivot, true) } else { (successor(pivot), false) }
+        } else {
+            let buckets = splitter_count + 1;
+            let at = |j: usize| ((j + 1) * count as usize / buckets).min(count as usize - 1);
+            let value = unsafe { sorted.load(at(thread)) };
+            if thread > 0 && value == unsafe { sorted.load(at(thread - 1)) } {
+                (successor(value), false)
+            } else {
+                (value, true)
+            }
+        };
+        unsafe {
+            params.level_splitters().write(thread as u64, splitter.to_u64());
+            params.splitters.write((2 * MAX_BUCKETS + thread) as u64, sampled as u64);
+        }
+        thread_splitter += SAMPLE_THREADS as usize;
+    }
+}
+
+/// The bucket of `rank`: a walk down the implicit search tree of `depth` levels.
+#[inline(always)]
+unsafe fn bucket_of<B: OrderedBits>(tree: &SharedSlice<B>, depth: u32, rank: B) -> u32 {
+    let mut node = 0u32;
+    for _ in 0..depth {
+        let splitter = unsafe { tree.load(node as usize) };
+        node = 2 * node + 1 + (rank >= splitter) as u32;
+    }
+    node - ((1 << depth) - 1)
+}
+
+/// Loads the level's splitters into the search tree: node `i` at depth `d` (`i = 2^d − 1 +
+/// p`) holds sorted splitter `(2p + 1)·2^(depth − d − 1) − 1`. Ends with a barrier.
+///
+/// # Safety
+/// *Block-wide*.
+unsafe fn load_tree<K: Key>(params: &SampleParams<K>, tree: &SharedSlice<K::Bits>) {
+    let depth = params.bucket_bits;
+    let mut node = device::thread_idx_x();
+    while node < (1 << depth) - 1 {
+        let node_depth = 31 - (node + 1).leading_zeros();
+        let position = node + 1 - (1 << node_depth);
+        let sorted_index = ((2 * position + 1) << (depth - node_depth - 1)) - 1;
+        let splitter = unsafe { params.level_splitters().read(sorted_index as u64) };
+        unsafe { tree.store(node as usize, K::Bits::from_u64(splitter)) };
+        node += SAMPLE_THREADS;
+    }
+    unsafe { device::sync_threads() };
+}
+
+/// Clears the first `buckets` entries of a histogram. Ends with a barrier.
+///
+/// # Safety
+/// *Block-wide*.
+unsafe fn clear_buckets(histogram: &SharedSlice<u32>, buckets: usize) {
+    let mut bucket = device::thread_idx_x() as usize;
+    while bucket < buckets {
+        unsafe { histogram.store(bucket, 0) };
+        bucket += SAMPLE_THREADS as usize;
+    }
+    unsafe { device::sync_threads() };
+}
+
+/// The `sample_select_count_<key>` kernel: buckets, oracles and histograms of the level.
+///
+/// # Safety
+/// [`SAMPLE_THREADS`] threads, [`SamplePassLayout::bytes`] of shared memory,
+/// `grid.x = params.blocks`; the level's sample kernel has run.
+pub unsafe fn count<K: Key>(params: SampleParams<K>) {
+    let level = unsafe { params.levels.read(params.level as u64) };
+    if level.source == source::NONE || level.decision.action != action::PENDING {
+        return;
+    }
+    let layout = SamplePassLayout::<K::Bits>::new();
+    let (tree, histogram, warp_sums) =
+        unsafe { (layout.tree.bind(), layout.histogram.bind(), layout.warp_sums.bind()) };
+    unsafe { load_tree(&params, &tree) };
+    let depth = params.bucket_bits;
+    // Publishing reads all 256 buckets, also when fewer are used.
+    unsafe { clear_buckets(&histogram, (1 << depth).max(HISTOGRAM_BUCKETS)) };
+
+    let flip = params.flip();
+    let write_oracles = !params.has(flags::APPROXIMATE);
+    let aggregated = params.has(flags::WARP_AGGREGATED);
+    let (keys, _, len) = params.storage(&level);
+    let (start, end) = block_range(len, params.blocks);
+    let lane = device::lane_id();
+    // Tile t + 1 is loaded before tile t is worked on, so its loads are in flight meanwhile.
+    let mut tile_start = start;
+    let mut next =
+        if start < end { unsafe { load_tile(keys, GlobalPtr::null(), start, end) } } else { Tile::empty() };
+    while tile_start < end {
+        let tile = next;
+        if tile_start + TILE < end {
+            next = unsafe { load_tile(keys, GlobalPtr::null(), tile_start + TILE, end) };
+        }
+        let mut runs = BucketRuns::new();
+        unroll_items!(i => {
+            let bucket = unsafe { bucket_of(&tree, depth, tile.keys[i].to_ordered().xor(flip)) };
+            if tile.valid[i] && write_oracles {
+                unsafe { params.oracles.write(tile.indices[i], bucket as u8) };
+            }
+            if aggregated {
+                // Lanes of one bucket add together: the lowest of them adds their count.
+                let key = if tile.valid[i] { bucket } else { u32::MAX };
+                let peers = unsafe { device::match_any_u32(device::FULL_WARP, key) };
+                if tile.valid[i] && peers.trailing_zeros() == lane {
+                    unsafe { histogram.atomic_add(bucket as usize, peers.count_ones()) };
+                }
+            } else if tile.valid[i] {
+                unsafe { runs.add(&histogram, bucket) };
+            }
+        });
+        unsafe { runs.flush(&histogram) };
+        tile_start += TILE;
+    }
+    let totals = params.level_totals(params.level).as_ptr();
+    if write_oracles {
+        unsafe { publish_histogram(&histogram, &warp_sums, params.cumulative, totals) };
+    } else {
+        // Approximate: no filter follows, so only the totals are needed.
+        unsafe { device::sync_threads() };
+        let mut bucket = device::thread_idx_x() as usize;
+        while bucket < 1 << depth {
+            let count = unsafe { histogram.load(bucket) };
+            if count != 0 {
+                unsafe { device::global_atomic_add_u64(totals.add(bucket), count as u64) };
+            }
+            bucket += SAMPLE_THREADS as usize;
+        }
+    }
+}
+
+/// Whether bucket `bucket` of the level's `splitter_count` splitters holds one value only
+/// (an equality bucket), and that value's rank bits.
+unsafe fn single_value<K: Key>(
+    params: &SampleParams<K>,
+    bucket: usize,
+    splitter_count: usize,
+) -> Option<u64> {
+    let splitters = params.level_splitters();
+    let max = K::Bits::MAX.to_u64();
+    let low = if bucket == 0 { 0 } else { unsafe { splitters.read(bucket as u64 - 1) } };
+    if bucket == splitter_count {
+        return (low == max).then_some(low);
+    }
+    let high = unsafe { splitters.read(bucket as u64) };
+    (high != 0 && high - 1 == low).then_some(low)
+}
+
+/// The `sample_select_choose_<key>` kernel (one block): the target bucket, the blocks'
+/// offsets, and the next level.
+///
+/// # Safety
+/// One block of [`SAMPLE_THREADS`] threads, [`SampleChooseLayout::bytes`] of shared memory;
+/// the level's count has run.
+pub unsafe fn choose<K: Key>(params: SampleParams<K>) {
+    let level_index = params.level;
+    let level = unsafe { params.levels.read(level_index as u64) };
+    if level.source == source::NONE || level.decision.action != action::PENDING {
+        return;
+    }
+    let layout = SampleChooseLayout::new();
+    let (warp_sums, target_slot, block_counts) =
+        unsafe { (layout.warp_sums.bind(), layout.target.bind(), layout.block_counts.bind()) };
+    let thread = device::thread_idx_x() as usize;
+
+    let totals = params.level_totals(level_index);
+    let bucket_total = unsafe { totals.read(thread as u64) };
+    let before = unsafe { crate::block::scan::exclusive_scan_add_u64(bucket_total, &warp_sums) };
+    if before < level.k_left && level.k_left <= before + bucket_total {
+        unsafe {
+            target_slot.store(0, thread as u64);
+            target_slot.store(1, bucket_total);
+            target_slot.store(2, before);
+        }
+    }
+    // The next level counts into the other set: clear it (its count runs after this kernel).
+    unsafe { params.level_totals(level_index + 1).write(thread as u64, 0) };
+    const _: () = assert!(SAMPLE_THREADS as usize == 1 << MAX_EXACT_BUCKET_BITS);
+    unsafe { device::sync_threads() };
+    let (target, target_len, better) =
+        unsafe { (target_slot.load(0) as usize, target_slot.load(1), target_slot.load(2)) };
+
+    let emit = params.has(flags::EMIT);
+    let splitter_count = (1usize << params.bucket_bits) - 1;
+    let k_left = level.k_left - better;
+    let single = unsafe { single_value(&params, target, splitter_count) };
+    let finish = single.is_some() || (emit && k_left == target_len);
+    let next_fits = target_len <= params.capacity;
+    if (finish && emit) || (!finish && next_fits) {
+        unsafe {
+            scan_block_offsets(
+                params.cumulative,
+                params.blocks as usize,
+                MAX_SAMPLE_BLOCKS as usize,
+                target,
+                &block_counts,
+                &warp_sums,
+                (params.better_offsets, params.tie_offsets),
+            )
+        };
+    }
+
+    if thread == 0 {
+        let mut decision =
+            SampleDecision { action: action::NEXT, target: target as u32, better, target_len, ties_taken: 0 };
+        let written = level.written + if emit { better } else { 0 };
+        let next = if finish {
+            decision.action = action::FINISH;
+            decision.ties_taken = k_left;
+            let outcome = SampleOutcome {
+                done: 1,
+                levels: level_index + 1,
+                value: single.unwrap_or_default(),
+                rank: params.k - 1,
+            };
+            unsafe { params.outcome.write(0, outcome) };
+            None
+        } else if !next_fits {
+            decision.action = action::RETRY;
+            Some(SampleLevel { attempt: level.attempt + 1, decision: SampleDecision::default(), ..level })
+        } else {
+            Some(SampleLevel {
+                source: next_source(level.source),
+                attempt: 0,
+                len: target_len,
+                k_left,
+                written,
+                decision: SampleDecision::default(),
+            })
+        };
+        if let Some(next) = next
+            && (level_index as usize) + 1 < LEVEL_SLOTS
+        {
+            unsafe { params.levels.write(level_index as u64 + 1, next) };
+        }
+        unsafe {
+            let slot = params.levels.as_ptr().add(level_index as usize);
+            core::ptr::addr_of_mut!((*slot).decision).write(decision);
+        }
+    }
+}
+
+/// Loads the oracles of the tile at `tile_start` (past `end`: [`u32::MAX`], no bucket).
+#[inline(always)]
+unsafe fn load_oracles(oracles: GlobalPtr<u8>, tile_start: u64, end: u64) -> [u32; TILE_ITEMS] {
+    let first = tile_start + device::thread_idx_x() as u64;
+    let mut buckets = [u32::MAX; TILE_ITEMS];
+    unroll_items!(i => {
+        let at = first + (i as u64) * TILE_THREADS as u64;
+        if at < end {
+            buckets[i] = unsafe { oracles.read(at) } as u32;
+        }
+    });
+    buckets
+}
+
+/// The `sample_select_filter_<key>` kernel: copies the target bucket to the next level's
+/// buffer (in input order), and with `EMIT` sends better buckets, and on the last level the
+/// first target inputs, to the output.
+///
+/// # Safety
+/// As [`count`]; the level's choose kernel has run.
+pub unsafe fn filter<K: Key>(params: SampleParams<K>) {
+    let level = unsafe { params.levels.read(params.level as u64) };
+    let decision = level.decision;
+    let emit = params.has(flags::EMIT);
+    let runs = level.source != source::NONE
+        && (decision.action == action::NEXT || (decision.action == action::FINISH && emit));
+    if !runs {
+        return;
+    }
+    let last = decision.action == action::FINISH;
+    let layout = SamplePassLayout::<K::Bits>::new();
+    let tile_counts = unsafe { layout.tile_counts.bind() };
+    let (keys, indices, len) = params.storage(&level);
+    let (buffer_keys, buffer_indices) = if next_source(level.source) == source::BUFFER_0 {
+        (params.buffer_keys[0], params.buffer_indices[0])
+    } else {
+        (params.buffer_keys[1], params.buffer_indices[1])
+    };
+    let target = decision.target;
+    let (start, end) = block_range(len, params.blocks);
+    let block = device::block_idx_x() as u64;
+    let mut better_seen = unsafe { params.better_offsets.read(block) };
+    let mut ties_seen = unsafe { params.tie_offsets.read(block) };
+    let mut parity = 0;
+    let mut tile_start = start;
+    let mut next = if start < end {
+        unsafe { load_oracles(params.oracles, start, end) }
+    } else {
+        [u32::MAX; TILE_ITEMS]
+    };
+    while tile_start < end {
+        let buckets = next;
+        if tile_start + TILE < end {
+            next = unsafe { load_oracles(params.oracles, tile_start + TILE, end) };
+        }
+        let mut is_better = [false; TILE_ITEMS];
+        let mut is_tie = [false; TILE_ITEMS];
+        let mut to_place = false;
+        unroll_items!(i => {
+            is_better[i] = emit && buckets[i] < target;
+            is_tie[i] = buckets[i] == target;
+            to_place |= is_better[i] || is_tie[i];
+        });
+        if unsafe { device::sync_threads_or(to_place) } {
+            let places = unsafe { place_in_order(&is_better, &is_tie, &tile_counts, parity) };
+            let first = tile_start + device::thread_idx_x() as u64;
+            unroll_items!(i => {
+                if is_better[i] || is_tie[i] {
+                    let at = first + (i as u64) * TILE_THREADS as u64;
+                    let key = unsafe { keys.read(at) };
+                    let index = if !emit || indices.is_null() { at } else { unsafe { indices.read(at) } };
+                    let rank = places.rank[i] as u64;
+                    if is_better[i] {
+                        unsafe { emit_output(&params, level.written + better_seen + rank, key, index) };
+                    } else if last {
+                        let rank = ties_seen + rank;
+                        if rank < decision.ties_taken {
+                            unsafe { emit_output(&params, level.written + decision.better + rank, key, index) };
+                        }
+                    } else {
+                        let rank = ties_seen + rank;
+                        unsafe { buffer_keys.write(rank, key) };
+                        if emit {
+                            unsafe { buffer_indices.write(rank, index) };
+                        }
+                    }
+                }
+            });
+            better_seen += places.first_total as u64;
+            ties_seen += places.second_total as u64;
+            parity ^= 1;
+        }
+        tile_start += TILE;
+    }
+}
+
+/// Writes output `at`.
+#[inline(always)]
+unsafe fn emit_output<K: Key>(params: &SampleParams<K>, at: u64, key: K, index: u64) {
+    unsafe {
+        params.keys_out.write(at, key);
+        params.indices_out.write(at, index);
+    }
+}
+
+/// Shared memory of the nearest kernel.
+#[derive(Clone, Copy, Debug)]
+pub struct NearestLayout {
+    /// Per-warp sums of the totals' scan, then per-warp best candidates.
+    pub warp_values: SharedRegion<u64>,
+    /// The best candidate of the block.
+    pub best: SharedRegion<u64>,
+    /// Bytes to ask for at launch.
+    pub bytes: usize,
+}
+
+impl NearestLayout {
+    /// The layout.
+    pub const fn new() -> Self {
+        let (layout, warp_values) = SharedLayout::new().push::<u64>(TILE_WARPS);
+        let (layout, best) = layout.push::<u64>(1);
+        Self { warp_values, best, bytes: layout.bytes() }
+    }
+}
+
+impl Default for NearestLayout {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Splitters each thread of the nearest kernel weighs.
+const NEAREST_RUN: usize = MAX_BUCKETS / SAMPLE_THREADS as usize;
+
+/// The `sample_select_nearest_<key>` kernel (one block): after one level's sample and
+/// count with `APPROXIMATE`, the sampled splitter whose exact rank range is nearest to the
+/// wanted rank `k − 1`. Each thread weighs a run of consecutive splitters; a block scan of
+/// the runs' totals gives every splitter's rank, a block-wide minimum the winner.
+///
+/// # Safety
+/// One block of [`SAMPLE_THREADS`] threads, [`NearestLayout::bytes`] of shared memory;
+/// sample and count of level 0 have run; fewer than 2^54 inputs.
+pub unsafe fn nearest<K: Key>(params: SampleParams<K>) {
+    let layout = NearestLayout::new();
+    let (warp_values, best_slot) = unsafe { (layout.warp_values.bind(), layout.best.bind()) };
+    let thread = device::thread_idx_x() as usize;
+    let splitter_count = (1usize << params.bucket_bits) - 1;
+    let splitters = params.splitters;
+    let totals = params.totals;
+    let wanted = params.k - 1;
+    let first = thread * NEAREST_RUN;
+
+    // Inputs below this thread's first splitter: an exclusive scan of the runs' totals.
+    let mut run_total = 0;
+    for j in first..first + NEAREST_RUN {
+        if j <= splitter_count {
+            run_total += unsafe { totals.read(j as u64) };
+        }
+    }
+    let mut below = unsafe { crate::block::scan::exclusive_scan_add_u64(run_total, &warp_values) };
+
+    // The candidate key packs (distance, splitter): the minimum is the nearest splitter,
+    // the lowest on a tie.
+    let mut best = u64::MAX;
+    let mut best_rank = 0;
+    for j in first..first + NEAREST_RUN {
+        if j < splitter_count {
+            below += unsafe { totals.read(j as u64) };
+            let sampled = unsafe { splitters.read((2 * MAX_BUCKETS + j) as u64) } != 0;
+            if sampled {
+                // The splitter's ranks: [below, below + equal), `equal` known when the
+                // bucket it starts is an equality bucket, else at least 1 (it is an input).
+                let equal = match unsafe { single_value(&params, j + 1, splitter_count) } {
+                    Some(_) => unsafe { totals.read(j as u64 + 1) }.max(1),
+                    None => 1,
+                };
+                let rank = wanted.max(below).min(below + equal - 1);
+                let candidate = (rank.abs_diff(wanted) << MAX_BUCKET_BITS) | j as u64;
+                if candidate < best {
+                    (best, best_rank) = (candidate, rank);
+                }
+            }
+        }
+    }
+    let warp_best = unsafe { crate::warp::reduce_min_u64(best) };
+    if device::lane_id() == 0 {
+        unsafe { warp_values.store(device::warp_id() as usize, warp_best) };
+    }
+    unsafe { device::sync_threads() };
+    if thread == 0 {
+        let mut block_best = u64::MAX;
+        for w in 0..TILE_WARPS {
+            block_best = block_best.min(unsafe { warp_values.load(w) });
+        }
+        unsafe { best_slot.store(0, block_best) };
+    }
+    unsafe { device::sync_threads() };
+    // Splitter 0 is always sampled, so some thread holds the block's best.
+    if best == unsafe { best_slot.load(0) } {
+        let splitter = best & ((1 << MAX_BUCKET_BITS) - 1);
+        let value = unsafe { splitters.read(splitter) };
+        let outcome = SampleOutcome { done: 1, levels: 1, value, rank: best_rank };
+        unsafe { params.outcome.write(0, outcome) };
+    }
+}

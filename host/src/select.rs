@@ -1,0 +1,579 @@
+//! Selection by rank: the element of rank `k` ([`Gpu::select`]), a fast approximation with
+//! its exact rank ([`Gpu::select_approx`]), and the SampleSelect runner that top-k shares
+//! (`Algorithm::SampleSelect`).
+//!
+//! Kernel docs: `gpu_select_kernels::select::sample`.
+
+use gpu_select_kernels::block::tiles::TILE;
+use gpu_select_kernels::params::GlobalPtr;
+use gpu_select_kernels::select::sample::{
+    LEVEL_SLOTS, MAX_BUCKET_BITS, MAX_BUCKETS, MAX_EXACT_BUCKET_BITS, MAX_SAMPLE, MAX_SAMPLE_BLOCKS,
+    NearestLayout, SAMPLE_THREADS, SPLITTER_SLOTS, SampleChooseLayout, SampleLevel, SampleOutcome,
+    SampleParams, SamplePassLayout, SampleSortLayout, flags,
+};
+
+use crate::buffer::{DeviceBuffer, DeviceValue};
+use crate::error::{Error, Result};
+use crate::gpu::{Gpu, LaunchShape};
+use crate::topk::WorkspaceCarver;
+use crate::{Key, Order, SelectKey};
+
+// Safety: both are `#[repr(C)]` structs of integers without padding; every bit pattern is
+// a valid value.
+unsafe impl DeviceValue for SampleOutcome {}
+unsafe impl DeviceValue for SampleLevel {}
+
+/// Which selection algorithm runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum SelectAlgorithm {
+    /// The library chooses (SampleSelect today: it wins on every input measured).
+    #[default]
+    Auto,
+    /// SampleSelect (Ribizel & Anzt): up to 256 buckets per level from a sorted sample,
+    /// one-byte oracles, equality buckets for repeated values. About `log_256(n / 2048)`
+    /// passes over shrinking candidates.
+    SampleSelect,
+    /// QuickSelect with a three-way branchless partition around the median of a sample:
+    /// the reference algorithm (about `log_2(n / 2048)` passes).
+    QuickSelect,
+}
+
+/// The tuning parameters of SampleSelect (the paper's §5), as one value.
+///
+/// [`SampleSelectPolicy::for_device`] is the measured choice; the fields are public so that
+/// benchmarks (and users with other GPUs) can try others.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SampleSelectPolicy {
+    /// Buckets per level are `2^bucket_bits`, 1 to 8 (one-byte oracles).
+    pub bucket_bits: u32,
+    /// Sampled keys per level, 2 to 2048 (one block sort).
+    pub sample_size: u32,
+    /// Blocks per multiprocessor of the count and filter passes.
+    pub blocks_per_sm: u32,
+    /// Count with warp-aggregated atomics (`match.any.sync`) instead of per-thread runs of
+    /// one bucket.
+    pub warp_aggregated: bool,
+}
+
+impl SampleSelectPolicy {
+    /// The policy measured best on an H100 (docs/select.md has the sweep).
+    pub fn for_device(_gpu: &Gpu) -> Self {
+        Self { bucket_bits: 8, sample_size: 2048, blocks_per_sm: 2, warp_aggregated: false }
+    }
+
+    /// QuickSelect's: four buckets (a three-way partition), the median of 128 samples.
+    pub fn quick_select() -> Self {
+        Self { bucket_bits: 2, sample_size: 128, blocks_per_sm: 2, warp_aggregated: false }
+    }
+
+    fn check(&self, max_bits: u32) -> Result<()> {
+        if self.bucket_bits == 0 || self.bucket_bits > max_bits {
+            return Err(Error::invalid(format!(
+                "bucket_bits = {}: SampleSelect takes 1 to {max_bits}",
+                self.bucket_bits
+            )));
+        }
+        if self.sample_size < 2 || self.sample_size > MAX_SAMPLE {
+            return Err(Error::invalid(format!(
+                "sample_size = {}: SampleSelect samples 2 to {MAX_SAMPLE} keys",
+                self.sample_size
+            )));
+        }
+        if self.blocks_per_sm == 0 {
+            return Err(Error::invalid("blocks_per_sm = 0"));
+        }
+        Ok(())
+    }
+}
+
+/// Options of [`Gpu::select_with`] and [`Gpu::select_approx_with`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SelectOptions {
+    /// Ranks count from the smallest ([`Order::Smallest`], the default) or the largest key.
+    pub order: Order,
+    /// Which algorithm.
+    pub algorithm: SelectAlgorithm,
+    /// Tuning parameters; `None`: the algorithm's measured default.
+    pub policy: Option<SampleSelectPolicy>,
+}
+
+impl Default for SelectOptions {
+    fn default() -> Self {
+        Self::new(Order::Smallest)
+    }
+}
+
+impl SelectOptions {
+    /// Ranks in `order`, [`SelectAlgorithm::Auto`], the default policy.
+    pub fn new(order: Order) -> Self {
+        Self { order, algorithm: SelectAlgorithm::Auto, policy: None }
+    }
+
+    /// The same options with another algorithm.
+    pub fn with_algorithm(self, algorithm: SelectAlgorithm) -> Self {
+        Self { algorithm, ..self }
+    }
+
+    /// The same options with a policy.
+    pub fn with_policy(self, policy: SampleSelectPolicy) -> Self {
+        Self { policy: Some(policy), ..self }
+    }
+}
+
+/// An approximate selection: a key of the input and its exact rank, nearest to the rank
+/// asked for among the keys one level of SampleSelect can rank.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ApproxSelection<K> {
+    /// A key of the input.
+    pub value: K,
+    /// Its rank (from 0, in the order asked for) nearest to the wanted one: `value` is the
+    /// exact answer for this rank.
+    pub rank: u64,
+}
+
+impl<K> ApproxSelection<K> {
+    /// How far [`ApproxSelection::rank`] is from the rank asked for.
+    pub fn error(&self, wanted: u64) -> u64 {
+        self.rank.abs_diff(wanted)
+    }
+}
+
+/// The fixed seed of the sample positions: results (and top-k's output order) are the same
+/// every run.
+const SAMPLE_SEED: u64 = 0x5a3c_71e9_0b2d_4f86;
+
+/// The shape of one SampleSelect run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SamplePlan {
+    policy: SampleSelectPolicy,
+    /// Blocks of the count and filter launches.
+    blocks: u32,
+    /// Candidates each buffer holds.
+    capacity: u64,
+    /// [`flags`] of the run.
+    flags: u32,
+}
+
+/// Each candidate buffer holds `n / CAPACITY_DIVISOR` candidates (at least [`MAX_SAMPLE`]):
+/// 8× the expected target bucket of the first level with 256 buckets; a larger one makes
+/// the next level sample again.
+/// Runs with fewer buckets hold `n / 2^(bucket_bits − 3)`: 8× the expected target bucket
+/// too, except for QuickSelect and other runs of fewer than 16 buckets, whose buffers hold
+/// 3/4 of the input (a median pivot keeps about half).
+const CAPACITY_DIVISOR: u64 = 32;
+
+impl SamplePlan {
+    /// The plan for `n` keys; `flags`: [`flags::EMIT`] for top-k, [`flags::APPROXIMATE`].
+    pub(crate) fn new(n: u64, multiprocessors: u32, policy: SampleSelectPolicy, mut flags: u32) -> Self {
+        let blocks = n
+            .div_ceil(TILE)
+            .min((multiprocessors * policy.blocks_per_sm) as u64)
+            .clamp(1, MAX_SAMPLE_BLOCKS as u64);
+        if policy.warp_aggregated {
+            flags |= flags::WARP_AGGREGATED;
+        }
+        let buffered = n > MAX_SAMPLE as u64 && flags & flags::APPROXIMATE == 0;
+        let kept = if policy.bucket_bits >= 8 {
+            n / CAPACITY_DIVISOR
+        } else if policy.bucket_bits >= 4 && flags & flags::SINGLE_PIVOT == 0 {
+            n >> (policy.bucket_bits - 3)
+        } else {
+            n - n / 4
+        };
+        let capacity = if buffered { kept.max(MAX_SAMPLE as u64) } else { 0 };
+        Self { policy, blocks: blocks as u32, capacity, flags }
+    }
+
+    /// Whether the run has `flag` ([`flags`]).
+    pub(crate) fn has_flag(&self, flag: u32) -> bool {
+        self.flags & flag != 0
+    }
+
+    /// The levels a run of `n` keys is expected to take: each level keeps about one bucket,
+    /// until the base case (one sort of at most 2048 keys).
+    fn expected_levels(&self, n: u64) -> u32 {
+        let shrink = if self.flags & flags::SINGLE_PIVOT != 0 { 2 } else { 1u64 << self.policy.bucket_bits };
+        let mut levels = 1;
+        let mut len = n;
+        while len > MAX_SAMPLE as u64 {
+            len /= shrink;
+            levels += 1;
+        }
+        levels
+    }
+}
+
+/// Where a SampleSelect run keeps its state in a workspace.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SampleWorkspace {
+    levels: usize,
+    outcome: usize,
+    totals: usize,
+    /// Bytes from the start cleared before the first launch.
+    cleared: usize,
+    splitters: usize,
+    cumulative: usize,
+    better_offsets: usize,
+    tie_offsets: usize,
+    oracles: usize,
+    buffer_keys: [usize; 2],
+    buffer_indices: [usize; 2],
+    pub(crate) bytes: usize,
+}
+
+impl SampleWorkspace {
+    pub(crate) fn new(plan: &SamplePlan, n: usize, key_bytes: usize) -> Self {
+        Self::carve(plan, n, key_bytes, &mut WorkspaceCarver::default())
+    }
+
+    /// The regions, carved after what `carver` holds already.
+    pub(crate) fn carve(plan: &SamplePlan, n: usize, key_bytes: usize, carver: &mut WorkspaceCarver) -> Self {
+        let start = carver.bytes();
+        let levels = carver.region(LEVEL_SLOTS * size_of::<SampleLevel>());
+        let outcome = carver.region(size_of::<SampleOutcome>());
+        let totals = carver.region(2 * MAX_BUCKETS * 8);
+        let cleared = carver.bytes() - start;
+        let splitters = carver.region(SPLITTER_SLOTS * 8);
+        let blocks = plan.blocks as usize;
+        let exact = plan.flags & flags::APPROXIMATE == 0;
+        let cumulative = carver.region(if exact { blocks * 256 * 4 } else { 0 });
+        let better_offsets = carver.region(blocks * 8);
+        let tie_offsets = carver.region(blocks * 8);
+        let oracles = carver.region(if exact { n } else { 0 });
+        let capacity = plan.capacity as usize;
+        let buffer_keys = [carver.region(capacity * key_bytes), carver.region(capacity * key_bytes)];
+        let index_bytes = if plan.flags & flags::EMIT != 0 { capacity * 8 } else { 0 };
+        let buffer_indices = [carver.region(index_bytes), carver.region(index_bytes)];
+        Self {
+            levels,
+            outcome,
+            totals,
+            cleared,
+            splitters,
+            cumulative,
+            better_offsets,
+            tie_offsets,
+            oracles,
+            buffer_keys,
+            buffer_indices,
+            bytes: carver.bytes() - start,
+        }
+    }
+}
+
+/// What one SampleSelect run found.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SampleRun {
+    /// The outcome the kernels wrote.
+    pub(crate) outcome: SampleOutcome,
+}
+
+impl Gpu {
+    /// The key of rank `k` (from 0, smallest first) of `data`: what `data` sorted ascending
+    /// holds at position `k`. Keys follow the total order of [`Key`] (NaN above +inf).
+    ///
+    /// Errors: [`Error::EmptyInput`]; [`Error::InvalidArgument`] for `k ≥ n`.
+    ///
+    /// ```
+    /// use gpu_select::Gpu;
+    ///
+    /// let gpu = Gpu::emulator();
+    /// let data = gpu.upload(&[4.0f32, 9.5, -1.0, 9.5, 7.0])?;
+    /// assert_eq!(gpu.select(&data, 0)?, -1.0);
+    /// assert_eq!(gpu.select(&data, 2)?, 7.0); // the median
+    /// # Ok::<(), gpu_select::Error>(())
+    /// ```
+    pub fn select<K: SelectKey>(&self, data: &DeviceBuffer<K>, k: usize) -> Result<K> {
+        self.select_with(data, k, &SelectOptions::default())
+    }
+
+    /// [`Gpu::select`] with options: rank from the largest, algorithm, tuning.
+    ///
+    /// ```
+    /// use gpu_select::{Gpu, Order, SelectAlgorithm, SelectOptions};
+    ///
+    /// let gpu = Gpu::emulator();
+    /// let data = gpu.upload(&[4u32, 9, 1, 9, 7])?;
+    /// let largest = SelectOptions::new(Order::Largest).with_algorithm(SelectAlgorithm::QuickSelect);
+    /// assert_eq!(gpu.select_with(&data, 2, &largest)?, 7);
+    /// # Ok::<(), gpu_select::Error>(())
+    /// ```
+    pub fn select_with<K: SelectKey>(
+        &self,
+        data: &DeviceBuffer<K>,
+        k: usize,
+        options: &SelectOptions,
+    ) -> Result<K> {
+        let bytes = self.select_workspace_bytes::<K>(data.len(), options)?;
+        let mut workspace = self.alloc_zeroed::<u8>(bytes)?;
+        self.select_into(data, k, options, &mut workspace)
+    }
+
+    /// Selection on a host slice: uploads it and runs [`Gpu::select`].
+    pub fn select_host<K: SelectKey>(&self, data: &[K], k: usize) -> Result<K> {
+        self.select(&self.upload(data)?, k)
+    }
+
+    /// Bytes of workspace [`Gpu::select_into`] needs for `n` keys of type `K`: the oracles
+    /// (one byte per key), two candidate buffers of `n / 32` keys, and a few kilobytes.
+    pub fn select_workspace_bytes<K: SelectKey>(&self, n: usize, options: &SelectOptions) -> Result<usize> {
+        let plan = self.plan_select(n, options, 0)?;
+        Ok(SampleWorkspace::new(&plan, n, size_of::<K>()).bytes)
+    }
+
+    /// [`Gpu::select_with`] with a caller-provided workspace of at least
+    /// [`Gpu::select_workspace_bytes`]. Waits for the result.
+    pub fn select_into<K: SelectKey>(
+        &self,
+        data: &DeviceBuffer<K>,
+        k: usize,
+        options: &SelectOptions,
+        workspace: &mut DeviceBuffer<u8>,
+    ) -> Result<K> {
+        check_rank(data.len(), k)?;
+        let plan = self.plan_select(data.len(), options, 0)?;
+        let base = self.checked_workspace(data, &plan, workspace)?;
+        let run = self.run_sample_select(data, k as u64 + 1, options.order, &plan, base, None)?;
+        Ok(decode(run.outcome.value, options.order))
+    }
+
+    /// An input key whose exact rank is as near to `k` (from 0, smallest first) as one level
+    /// of SampleSelect with `buckets` buckets (a power of two, 2 to 1024) can make it: one
+    /// sample, one counting pass, then the sampled splitter whose counted rank is nearest.
+    /// The result carries that rank, so the error is known.
+    ///
+    /// ```
+    /// use gpu_select::Gpu;
+    ///
+    /// let gpu = Gpu::emulator();
+    /// let data: Vec<u32> = (0..10_000).rev().collect();
+    /// let approx = gpu.select_approx(&gpu.upload(&data)?, 5_000, 256)?;
+    /// assert_eq!(approx.value as u64, approx.rank); // the value of rank r is r here
+    /// assert!(approx.error(5_000) <= 100);
+    /// # Ok::<(), gpu_select::Error>(())
+    /// ```
+    pub fn select_approx<K: SelectKey>(
+        &self,
+        data: &DeviceBuffer<K>,
+        k: usize,
+        buckets: usize,
+    ) -> Result<ApproxSelection<K>> {
+        self.select_approx_with(data, k, buckets, &SelectOptions::default())
+    }
+
+    /// [`Gpu::select_approx`] with options (order; the policy's sample size and blocks).
+    pub fn select_approx_with<K: SelectKey>(
+        &self,
+        data: &DeviceBuffer<K>,
+        k: usize,
+        buckets: usize,
+        options: &SelectOptions,
+    ) -> Result<ApproxSelection<K>> {
+        check_rank(data.len(), k)?;
+        if !buckets.is_power_of_two() || !(2..=MAX_BUCKETS).contains(&buckets) {
+            return Err(Error::invalid(format!(
+                "buckets = {buckets}: approximate selection takes a power of two from 2 to {MAX_BUCKETS}"
+            )));
+        }
+        let policy = SampleSelectPolicy {
+            bucket_bits: buckets.trailing_zeros(),
+            ..options.policy.unwrap_or_else(|| SampleSelectPolicy::for_device(self))
+        };
+        policy.check(MAX_BUCKET_BITS)?;
+        let plan =
+            SamplePlan::new(data.len() as u64, self.limits().multiprocessors, policy, flags::APPROXIMATE);
+        let mut workspace =
+            self.alloc_zeroed::<u8>(SampleWorkspace::new(&plan, data.len(), size_of::<K>()).bytes)?;
+        let base = self.checked_workspace(data, &plan, &mut workspace)?;
+        let run = self.run_sample_select(data, k as u64 + 1, options.order, &plan, base, None)?;
+        Ok(ApproxSelection { value: decode(run.outcome.value, options.order), rank: run.outcome.rank })
+    }
+
+    /// The plan of an exact selection (`extra_flags`: [`flags::EMIT`] for top-k).
+    pub(crate) fn plan_select(
+        &self,
+        n: usize,
+        options: &SelectOptions,
+        extra_flags: u32,
+    ) -> Result<SamplePlan> {
+        if n == 0 {
+            return Err(Error::EmptyInput);
+        }
+        let (policy, flags) = match options.algorithm {
+            SelectAlgorithm::QuickSelect => {
+                (options.policy.unwrap_or_else(SampleSelectPolicy::quick_select), flags::SINGLE_PIVOT)
+            }
+            SelectAlgorithm::Auto | SelectAlgorithm::SampleSelect => {
+                (options.policy.unwrap_or_else(|| SampleSelectPolicy::for_device(self)), 0)
+            }
+        };
+        policy.check(MAX_EXACT_BUCKET_BITS)?;
+        if flags & flags::SINGLE_PIVOT != 0 && policy.bucket_bits < 2 {
+            return Err(Error::invalid("QuickSelect's three-way partition needs bucket_bits ≥ 2"));
+        }
+        Ok(SamplePlan::new(n as u64, self.limits().multiprocessors, policy, flags | extra_flags))
+    }
+
+    fn checked_workspace<K: SelectKey>(
+        &self,
+        data: &DeviceBuffer<K>,
+        plan: &SamplePlan,
+        workspace: &mut DeviceBuffer<u8>,
+    ) -> Result<u64> {
+        data.check_gpu(self, "the data")?;
+        workspace.check_gpu(self, "the workspace")?;
+        let needed = SampleWorkspace::new(plan, data.len(), size_of::<K>()).bytes;
+        if workspace.len() < needed {
+            return Err(Error::LengthMismatch {
+                what: "selection workspace bytes (at least)",
+                expected: needed,
+                actual: workspace.len(),
+            });
+        }
+        Ok(workspace.global_ptr().address())
+    }
+
+    /// Runs SampleSelect on `data` for the `k`-th smallest rank (from 1) in `order`, with the
+    /// workspace at `workspace_base`. `outputs`: with [`flags::EMIT`], the `k` keys and
+    /// indices' addresses. Queues the levels the plan expects, then reads the outcome; if
+    /// not done, a few more levels at a time (up to [`LEVEL_SLOTS`]).
+    pub(crate) fn run_sample_select<K: SelectKey>(
+        &self,
+        data: &DeviceBuffer<K>,
+        k: u64,
+        order: Order,
+        plan: &SamplePlan,
+        workspace_base: u64,
+        outputs: Option<(u64, u64)>,
+    ) -> Result<SampleRun> {
+        let n = data.len() as u64;
+        let layout = SampleWorkspace::new(plan, n as usize, size_of::<K>());
+        fn at<T>(base: u64, offset: usize) -> GlobalPtr<T> {
+            GlobalPtr::from_address(base + offset as u64)
+        }
+        self.clear_on_device(workspace_base, layout.cleared)?;
+        let (keys_out, indices_out) = outputs.unwrap_or_default();
+        let mut params = SampleParams::<K> {
+            data: data.global_ptr(),
+            len: n,
+            k,
+            keys_out: GlobalPtr::from_address(keys_out),
+            indices_out: GlobalPtr::from_address(indices_out),
+            levels: at(workspace_base, layout.levels),
+            outcome: at(workspace_base, layout.outcome),
+            splitters: at(workspace_base, layout.splitters),
+            totals: at(workspace_base, layout.totals),
+            cumulative: at(workspace_base, layout.cumulative),
+            better_offsets: at(workspace_base, layout.better_offsets),
+            tie_offsets: at(workspace_base, layout.tie_offsets),
+            oracles: at(workspace_base, layout.oracles),
+            buffer_keys: layout.buffer_keys.map(|offset| at(workspace_base, offset)),
+            buffer_indices: layout.buffer_indices.map(|offset| at(workspace_base, offset)),
+            capacity: plan.capacity,
+            seed: SAMPLE_SEED,
+            blocks: plan.blocks,
+            level: 0,
+            order: order.to_raw(),
+            bucket_bits: plan.policy.bucket_bits,
+            sample_size: plan.policy.sample_size,
+            flags: plan.flags,
+        };
+        if plan.flags & flags::EMIT == 0 {
+            params.buffer_indices = [GlobalPtr::null(); 2];
+        }
+        let one_block =
+            |shared_bytes| LaunchShape { grid: (1, 1), block_threads: SAMPLE_THREADS, shared_bytes };
+        let sample = one_block(SampleSortLayout::<K::Bits>::new().bytes);
+        let choose = one_block(SampleChooseLayout::new().bytes);
+        let pass = LaunchShape {
+            grid: (plan.blocks, 1),
+            block_threads: SAMPLE_THREADS,
+            shared_bytes: SamplePassLayout::<K::Bits>::new().bytes,
+        };
+
+        if plan.flags & flags::APPROXIMATE != 0 {
+            self.launch(K::SAMPLE_SELECT_SAMPLE, sample, params)?;
+            self.launch(K::SAMPLE_SELECT_COUNT, pass, params)?;
+            self.launch(K::SAMPLE_SELECT_NEAREST, one_block(NearestLayout::new().bytes), params)?;
+            return self.read_outcome(workspace_base + layout.outcome as u64);
+        }
+        let mut level = 0;
+        let mut batch = plan.expected_levels(n);
+        while (level as usize) < LEVEL_SLOTS {
+            for _ in 0..batch.min(LEVEL_SLOTS as u32 - level) {
+                params.level = level;
+                self.launch(K::SAMPLE_SELECT_SAMPLE, sample, params)?;
+                self.launch(K::SAMPLE_SELECT_COUNT, pass, params)?;
+                self.launch(K::SAMPLE_SELECT_CHOOSE, choose, params)?;
+                self.launch(K::SAMPLE_SELECT_FILTER, pass, params)?;
+                level += 1;
+            }
+            let run = self.read_outcome(workspace_base + layout.outcome as u64)?;
+            if run.outcome.done != 0 {
+                return Ok(run);
+            }
+            batch = 2;
+        }
+        Err(Error::invalid(format!(
+            "SampleSelect did not finish in {LEVEL_SLOTS} levels (the samples kept missing the data's shape)"
+        )))
+    }
+
+    fn read_outcome(&self, address: u64) -> Result<SampleRun> {
+        let mut outcome = [SampleOutcome::default()];
+        self.copy_from_address(address, &mut outcome)?;
+        Ok(SampleRun { outcome: outcome[0] })
+    }
+}
+
+/// Checks a rank against the input length.
+fn check_rank(n: usize, k: usize) -> Result<()> {
+    if n == 0 {
+        return Err(Error::EmptyInput);
+    }
+    if k >= n {
+        return Err(Error::invalid(format!(
+            "rank k = {k} is out of range: the input has {n} keys (ranks 0 to {})",
+            n - 1
+        )));
+    }
+    Ok(())
+}
+
+/// The key of rank bits `value` in `order`.
+fn decode<K: Key>(value: u64, order: Order) -> K {
+    let bits = <K::Bits as gpu_select_kernels::OrderedBits>::from_u64(value);
+    let ordered = match order {
+        Order::Largest => gpu_select_kernels::OrderedBits::complement(bits),
+        Order::Smallest => bits,
+    };
+    K::from_ordered(ordered)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plans_fit_the_kernels_limits() {
+        let policy = SampleSelectPolicy {
+            bucket_bits: 8,
+            sample_size: 2048,
+            blocks_per_sm: 2,
+            warp_aggregated: false,
+        };
+        for n in [1u64, 2048, 2049, 1 << 20, 1 << 28, 1 << 33] {
+            let plan = SamplePlan::new(n, 132, policy, 0);
+            assert!(plan.blocks >= 1 && plan.blocks <= MAX_SAMPLE_BLOCKS, "{n}: {plan:?}");
+            if n > MAX_SAMPLE as u64 {
+                assert!(plan.capacity >= MAX_SAMPLE as u64 && plan.capacity <= n / 32 + MAX_SAMPLE as u64);
+            }
+            // Per-block counts are 32-bit.
+            let per_block = n.div_ceil(TILE).div_ceil(plan.blocks as u64) * TILE;
+            assert!(per_block < 1 << 32, "{n}: {plan:?}");
+        }
+        assert_eq!(SamplePlan::new(1 << 28, 132, policy, 0).expected_levels(1 << 28), 4);
+        assert_eq!(SamplePlan::new(2048, 132, policy, 0).expected_levels(2048), 1);
+    }
+}

@@ -1,0 +1,292 @@
+//! Selection by rank (SampleSelect, QuickSelect) and approximate selection against the CPU
+//! oracle: every key type, both orders, the distributions of design.md §4 and the
+//! SampleSelect paper's (d = 1, 16, 128, 1024 and n distinct values), random and edge
+//! ranks, all ranks of small inputs, cross-checked with the top-k algorithms, and bad input.
+
+mod common;
+
+use common::{DISTRIBUTIONS, Distribution, SplitMix, TestKey, generate};
+use gpu_select::{
+    Algorithm, Error, Gpu, Key, Order, SampleSelectPolicy, SelectAlgorithm, SelectOptions, TopKOptions,
+    reference,
+};
+
+/// The oracle: the key of rank `k` in `order`, as ordered bits (every NaN alike: a
+/// selection returns the canonical NaN; -0.0 and +0.0 stay apart).
+fn oracle<K: TestKey>(sorted: &[(K, u64)], k: usize) -> K::Bits {
+    sorted[k].0.to_ordered()
+}
+
+const ALGORITHMS: [SelectAlgorithm; 2] = [SelectAlgorithm::SampleSelect, SelectAlgorithm::QuickSelect];
+
+/// Ranks to check for `n` keys: the edges, the median and random ones (fewer on the
+/// emulator, where each selection runs its kernels on host threads).
+fn ranks(gpu: &Gpu, n: usize, seed: u64) -> Vec<usize> {
+    let mut random = SplitMix(seed);
+    let mut ranks = vec![0, n / 2, n - 1];
+    let extra = if common::on_emulator(gpu) { 1 } else { 4 };
+    ranks.extend((0..extra).map(|_| (random.next() % n as u64) as usize));
+    ranks
+}
+
+/// Checks every algorithm and both orders on `data` at `ranks`.
+fn check<K: TestKey>(gpu: &Gpu, data: &[K], ranks: &[usize], context: &str) {
+    let device_data = gpu.upload(data).unwrap();
+    for order in [Order::Smallest, Order::Largest] {
+        let sorted = reference::sort_pairs(data, order);
+        for algorithm in ALGORITHMS {
+            let options = SelectOptions::new(order).with_algorithm(algorithm);
+            for &k in ranks {
+                let got = gpu
+                    .select_with(&device_data, k, &options)
+                    .unwrap_or_else(|e| panic!("{context} {order:?} {algorithm:?} k={k}: {e}"));
+                assert_eq!(
+                    got.to_ordered(),
+                    oracle(&sorted, k),
+                    "{context} {order:?} {algorithm:?} k={k}: got {got:?}, want {:?}",
+                    sorted[k].0
+                );
+            }
+        }
+    }
+}
+
+/// The paper's few-distinct inputs (d values) and design.md's distributions.
+fn distributions(n: usize) -> Vec<Distribution> {
+    let mut all = DISTRIBUTIONS.to_vec();
+    all.extend([1, 128, 1024, n as u64].map(Distribution::FewDistinct));
+    all
+}
+
+fn check_all<K: TestKey>() {
+    let gpu = common::gpu();
+    let sizes: &[usize] =
+        if common::on_emulator(&gpu) { &[2, 2049, 20_000] } else { &[1, 2, 2049, 65_537, 3_000_001] };
+    for &n in sizes {
+        for (d, distribution) in distributions(n).into_iter().enumerate() {
+            let data = generate::<K>(n, distribution, (n * 13 + d) as u64);
+            check(&gpu, &data, &ranks(&gpu, n, d as u64), &format!("{} n={n} {distribution:?}", K::NAME));
+        }
+    }
+}
+
+#[test]
+fn select_f32() {
+    check_all::<f32>();
+}
+
+#[test]
+fn select_f64() {
+    check_all::<f64>();
+}
+
+#[test]
+fn select_i32() {
+    check_all::<i32>();
+}
+
+#[test]
+fn select_u32() {
+    check_all::<u32>();
+}
+
+#[test]
+fn select_i64() {
+    check_all::<i64>();
+}
+
+#[test]
+fn select_u64() {
+    check_all::<u64>();
+}
+
+#[test]
+fn every_rank_of_small_inputs() {
+    let gpu = common::gpu();
+    // 300 keys are the base case at once; 2100 take a level first (every 7th rank on the
+    // emulator, every rank on a GPU).
+    let step = if common::on_emulator(&gpu) { 7 } else { 1 };
+    for (n, distribution) in
+        [(300, Distribution::Uniform), (2100, Distribution::FewDistinct(16)), (2100, Distribution::Specials)]
+    {
+        let data = generate::<f32>(n, distribution, n as u64);
+        let every: Vec<usize> = (0..n).step_by(if n > 2048 { step } else { 1 }).collect();
+        check(&gpu, &data, &every, &format!("every rank n={n} {distribution:?}"));
+    }
+}
+
+#[test]
+fn selection_agrees_with_top_k() {
+    // The k-th key of a top-k is the key of rank k − 1.
+    let gpu = common::gpu();
+    let n = if common::on_emulator(&gpu) { 12_000 } else { 1 << 22 };
+    let data = generate::<i64>(n, Distribution::FewDistinct(1024), 17);
+    let device_data = gpu.upload(&data).unwrap();
+    for k in [1, 100, n / 2, n] {
+        for algorithm in [Algorithm::RadixSelect, Algorithm::SampleSelect] {
+            let options = TopKOptions::new(Order::Largest).with_algorithm(algorithm);
+            let top = gpu.top_k_with(&device_data, k, &options).unwrap();
+            let kth = gpu.download(&top.values).unwrap()[k - 1];
+            for select in [SelectAlgorithm::Auto, SelectAlgorithm::SampleSelect, SelectAlgorithm::QuickSelect]
+            {
+                let options = SelectOptions::new(Order::Largest).with_algorithm(select);
+                assert_eq!(
+                    gpu.select_with(&device_data, k - 1, &options).unwrap(),
+                    kth,
+                    "{algorithm:?} {select:?} k={k}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn every_policy_gives_the_same_answer() {
+    // Fewer buckets, warp-aggregated atomics, small samples (more levels), and a sample so
+    // small that target buckets overflow the candidate buffers (n/32) and levels sample
+    // again.
+    let gpu = common::gpu();
+    let n = if common::on_emulator(&gpu) { 40_000 } else { 4_000_000 };
+    let data = generate::<f32>(n, Distribution::Uniform, 23);
+    let device_data = gpu.upload(&data).unwrap();
+    let sorted = reference::sort_pairs(&data, Order::Smallest);
+    let default = SampleSelectPolicy::for_device(&gpu);
+    for policy in [
+        SampleSelectPolicy { warp_aggregated: true, ..default },
+        SampleSelectPolicy { bucket_bits: 4, ..default },
+        SampleSelectPolicy { bucket_bits: 1, sample_size: 64, ..default },
+        SampleSelectPolicy { sample_size: 256, blocks_per_sm: 1, ..default },
+        SampleSelectPolicy { sample_size: 32, ..default },
+    ] {
+        let options = SelectOptions::new(Order::Smallest).with_algorithm(SelectAlgorithm::SampleSelect);
+        for k in [0, n / 7, n / 2, n - 1] {
+            let got = gpu.select_with(&device_data, k, &options.with_policy(policy)).unwrap();
+            assert_eq!(got.to_ordered(), oracle(&sorted, k), "{policy:?} k={k}");
+        }
+    }
+}
+
+#[test]
+fn approximate_selection_reports_its_exact_rank() {
+    let gpu = common::gpu();
+    let n = if common::on_emulator(&gpu) { 20_000 } else { 1 << 24 };
+    for (d, distribution) in [
+        Distribution::Uniform,
+        Distribution::FewDistinct(16),
+        Distribution::AllEqual,
+        Distribution::Ascending,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let data = generate::<f32>(n, distribution, 31 + d as u64);
+        let device_data = gpu.upload(&data).unwrap();
+        for order in [Order::Smallest, Order::Largest] {
+            let sorted = reference::sort_pairs(&data, order);
+            for buckets in [2, 16, 256, 1024] {
+                for k in ranks(&gpu, n, buckets as u64) {
+                    let context = format!("{distribution:?} {order:?} buckets={buckets} k={k}");
+                    let approx = gpu
+                        .select_approx_with(&device_data, k, buckets, &SelectOptions::new(order))
+                        .unwrap_or_else(|e| panic!("{context}: {e}"));
+                    // The value is an input, and the rank it reports is exact.
+                    assert_eq!(approx.value.to_ordered(), oracle(&sorted, approx.rank as usize), "{context}");
+                    // Splitters are about n / buckets apart; the sample's noise allows a few
+                    // times that, more at the edges (the first and last buckets).
+                    let bound = 8 * n / buckets;
+                    assert!(approx.error(k as u64) <= bound as u64, "{context}: {approx:?}");
+                    if buckets >= 64
+                        && matches!(distribution, Distribution::AllEqual | Distribution::FewDistinct(16))
+                    {
+                        // Every value is sampled and has an equality bucket: exact.
+                        assert_eq!(approx.error(k as u64), 0, "{context}: {approx:?}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn approximate_selection_is_exact_on_small_inputs() {
+    // At most 2048 keys: the sample is the whole input, sorted.
+    let gpu = common::gpu();
+    let data = generate::<u32>(2048, Distribution::Uniform, 41);
+    let device_data = gpu.upload(&data).unwrap();
+    let sorted = reference::sort_pairs(&data, Order::Smallest);
+    for k in [0, 1, 1000, 2047] {
+        let approx = gpu.select_approx(&device_data, k, 64).unwrap();
+        assert_eq!((approx.value.to_ordered(), approx.rank), (oracle(&sorted, k), k as u64), "k={k}");
+    }
+}
+
+#[test]
+fn workspace_is_sized_checked_and_reused() {
+    let gpu = common::gpu();
+    let data = generate::<u64>(10_000, Distribution::Uniform, 43);
+    let device_data = gpu.upload(&data).unwrap();
+    let options = SelectOptions::default();
+    let bytes = gpu.select_workspace_bytes::<u64>(data.len(), &options).unwrap();
+    // One byte of oracle per key, two buffers of n/32 keys (at least 2048), a few KB.
+    assert!(bytes >= data.len() + 2 * 2048 * 8, "{bytes}");
+    assert!(bytes <= data.len() + 2 * 2048 * 8 + 64 * 1024, "{bytes}");
+    let sorted = reference::sort_pairs(&data, Order::Smallest);
+    let mut workspace = gpu.alloc_zeroed::<u8>(bytes).unwrap();
+    for k in [5, 9_999, 0] {
+        let got = gpu.select_into(&device_data, k, &options, &mut workspace).unwrap();
+        assert_eq!(got.to_ordered(), oracle(&sorted, k), "k={k}");
+    }
+    let mut small = gpu.alloc_zeroed::<u8>(bytes - 1).unwrap();
+    assert!(matches!(
+        gpu.select_into(&device_data, 5, &options, &mut small),
+        Err(Error::LengthMismatch { .. })
+    ));
+}
+
+#[test]
+fn bad_input_gives_clear_errors() {
+    let gpu = common::gpu();
+    let empty = gpu.upload::<f32>(&[]).unwrap();
+    assert!(matches!(gpu.select(&empty, 0), Err(Error::EmptyInput)));
+    assert!(matches!(gpu.select_approx(&empty, 0, 16), Err(Error::EmptyInput)));
+    let data = gpu.upload(&[1.0f32, 2.0, 3.0]).unwrap();
+    assert!(matches!(gpu.select(&data, 3), Err(Error::InvalidArgument { .. })));
+    for buckets in [0, 1, 3, 2048] {
+        assert!(
+            matches!(gpu.select_approx(&data, 1, buckets), Err(Error::InvalidArgument { .. })),
+            "{buckets}"
+        );
+    }
+    let default = SampleSelectPolicy::for_device(&gpu);
+    for policy in [
+        SampleSelectPolicy { bucket_bits: 0, ..default },
+        SampleSelectPolicy { bucket_bits: 9, ..default },
+        SampleSelectPolicy { sample_size: 1, ..default },
+        SampleSelectPolicy { sample_size: 4096, ..default },
+        SampleSelectPolicy { blocks_per_sm: 0, ..default },
+    ] {
+        let options = SelectOptions::default().with_policy(policy);
+        assert!(
+            matches!(gpu.select_with(&data, 1, &options), Err(Error::InvalidArgument { .. })),
+            "{policy:?}"
+        );
+    }
+    let quick = SelectOptions::default()
+        .with_algorithm(SelectAlgorithm::QuickSelect)
+        .with_policy(SampleSelectPolicy { bucket_bits: 1, ..default });
+    assert!(matches!(gpu.select_with(&data, 1, &quick), Err(Error::InvalidArgument { .. })));
+}
+
+#[test]
+fn nan_and_signed_zero_follow_the_total_order() {
+    let gpu = common::gpu();
+    let data = gpu.upload(&[f32::NAN, 1.0, -0.0, 0.0, f32::INFINITY, -f32::NAN]).unwrap();
+    let exact = |k| gpu.select(&data, k).unwrap().to_bits();
+    assert_eq!(exact(0), (-0.0f32).to_bits());
+    assert_eq!(exact(1), 0.0f32.to_bits());
+    assert_eq!(exact(3), f32::INFINITY.to_bits());
+    assert!(gpu.select(&data, 4).unwrap().is_nan());
+    let largest = SelectOptions::new(Order::Largest);
+    assert!(gpu.select_with(&data, 1, &largest).unwrap().is_nan());
+    assert_eq!(gpu.select_with(&data, 2, &largest).unwrap(), f32::INFINITY);
+}
