@@ -205,48 +205,69 @@ fn bench_select<K: SelectKey>(
 }
 
 /// Approximate selection with `buckets` buckets at 20 random ranks: the time of the median
-/// rank, and the mean relative rank error (|rank − k| / n) over the 20 in the case name.
+/// rank and, per selection, of all 20 (the window count's misses included), and the mean
+/// relative rank error (|rank − k| / n) over the 20 in the case name.
 fn bench_select_approx(
     criterion: &mut Criterion,
     gpu: &Gpu,
     data: &DeviceBuffer<f32>,
-    buckets: usize,
+    (buckets, window_count): (usize, bool),
     floor_ms: f64,
     cases: &mut Vec<Case>,
 ) {
     let n = data.len();
+    let policy = SampleSelectPolicy { window_count, ..SampleSelectPolicy::for_device(gpu) };
+    let options = SelectOptions::default().with_policy(policy);
     let mut state = 99u64;
-    let mut error_sum = 0.0;
-    for _ in 0..20 {
-        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        let k = ((state >> 11) % n as u64) as usize;
-        let approx = gpu.select_approx(data, k, buckets).unwrap();
-        error_sum += approx.error(k as u64) as f64 / n as f64;
-    }
+    let ranks: Vec<usize> = (0..20)
+        .map(|_| {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((state >> 11) % n as u64) as usize
+        })
+        .collect();
+    let error_sum: f64 = ranks
+        .iter()
+        .map(|&k| {
+            gpu.select_approx_with(data, k, buckets, &options).unwrap().error(k as u64) as f64 / n as f64
+        })
+        .sum();
     let mean_error = error_sum / 20.0;
-    let name = format!(
-        "approx f32 n=2^{} k=n/2 buckets={buckets} (mean rank error over 20 ranks {:.4} %)",
+    let label = format!(
+        "approx f32 n=2^{} buckets={buckets}{} (mean rank error over 20 ranks {:.4} %)",
         n.trailing_zeros(),
+        if window_count { "" } else { " without window" },
         mean_error * 100.0
     );
-    let mut samples = Samples::default();
-    let mut group = criterion.benchmark_group("select_approx");
-    group.throughput(Throughput::Bytes(data.bytes() as u64));
-    group.bench_function(BenchmarkId::from_parameter(&name), |b| {
-        b.iter_custom(|iterations| {
-            timed(gpu, &mut samples, iterations, || gpu.select_approx(data, n / 2, buckets).map(|_| ()))
-        })
-    });
-    group.finish();
-    cases.push(Case {
-        group: "select_approx",
-        name,
-        elements: n as u64,
-        bytes: data.bytes() as u64,
-        median_ms: samples.median(),
-        floor_ms,
-        predicted_ms: None,
-    });
+    for all_ranks in [false, true] {
+        let name = if all_ranks { format!("{label}, 20 ranks, per rank") } else { format!("{label}, k=n/2") };
+        let ranks_per_iteration = if all_ranks { ranks.len() } else { 1 };
+        let mut samples = Samples::default();
+        let mut group = criterion.benchmark_group("select_approx");
+        group.throughput(Throughput::Bytes((data.bytes() * ranks_per_iteration) as u64));
+        group.bench_function(BenchmarkId::from_parameter(&name), |b| {
+            b.iter_custom(|iterations| {
+                timed(gpu, &mut samples, iterations, || {
+                    if all_ranks {
+                        ranks
+                            .iter()
+                            .try_for_each(|&k| gpu.select_approx_with(data, k, buckets, &options).map(|_| ()))
+                    } else {
+                        gpu.select_approx_with(data, n / 2, buckets, &options).map(|_| ())
+                    }
+                })
+            })
+        });
+        group.finish();
+        cases.push(Case {
+            group: "select_approx",
+            name,
+            elements: n as u64,
+            bytes: data.bytes() as u64,
+            median_ms: samples.median() / ranks_per_iteration as f64,
+            floor_ms,
+            predicted_ms: None,
+        });
+    }
 }
 
 /// The selection cases at 2^28 f32: exact median by both algorithms on uniform and
@@ -267,8 +288,8 @@ fn bench_selection(
     bench_select(criterion, gpu, keys, (n / 2, quick), "uniform", floor_ms, cases);
     bench_select(criterion, gpu, keys, (n / 100, sample), "uniform", floor_ms, cases);
     eprintln!("select: approximate");
-    for buckets in [256, 1024] {
-        bench_select_approx(criterion, gpu, keys, buckets, floor_ms, cases);
+    for approx in [(256, true), (1024, true), (1024, false)] {
+        bench_select_approx(criterion, gpu, keys, approx, floor_ms, cases);
     }
     eprintln!("select: SampleSelect top-k");
     let sample_top_k = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::SampleSelect);
@@ -286,7 +307,9 @@ fn bench_selection(
         SampleSelectPolicy { sample_size: 1024, ..default },
         SampleSelectPolicy { blocks_per_sm: 1, ..default },
         SampleSelectPolicy { blocks_per_sm: 3, ..default },
+        SampleSelectPolicy { blocks_per_sm: 2, ..default },
         SampleSelectPolicy { blocks_per_sm: 4, ..default },
+        SampleSelectPolicy { blocks_per_sm: 6, ..default },
     ] {
         bench_select(criterion, gpu, keys, (n / 2, sample.with_policy(policy)), "uniform", floor_ms, cases);
     }

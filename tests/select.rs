@@ -208,6 +208,36 @@ fn approximate_selection_reports_its_exact_rank() {
 }
 
 #[test]
+fn window_count_gives_the_full_counts_answer() {
+    // The window count answers only when it proves the full count's answer; a small
+    // sample makes its window miss often, so both of its outcomes are exercised.
+    let gpu = common::gpu();
+    let n = if common::on_emulator(&gpu) { 30_000 } else { 1 << 22 };
+    let default = SampleSelectPolicy::for_device(&gpu);
+    for (d, distribution) in [Distribution::Uniform, Distribution::FewDistinct(128), Distribution::Ascending]
+        .into_iter()
+        .enumerate()
+    {
+        let data = generate::<f32>(n, distribution, 53 + d as u64);
+        let device_data = gpu.upload(&data).unwrap();
+        for (buckets, sample_size) in [(128, 2048), (1024, 2048), (1024, 128), (512, 16)] {
+            for k in ranks(&gpu, n, buckets as u64 + sample_size as u64) {
+                let answer = |window_count| {
+                    let policy = SampleSelectPolicy { sample_size, window_count, ..default };
+                    let options = SelectOptions::default().with_policy(policy);
+                    gpu.select_approx_with(&device_data, k, buckets, &options).unwrap()
+                };
+                assert_eq!(
+                    answer(true),
+                    answer(false),
+                    "{distribution:?} buckets={buckets} sample={sample_size} k={k}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
 fn approximate_selection_is_exact_on_small_inputs() {
     // At most 2048 keys: the sample is the whole input, sorted.
     let gpu = common::gpu();

@@ -13,7 +13,7 @@ use crate::params::BlockSortParams;
 use crate::probe::{ProbeParams, global_atomics, indices, shared_memory, warp_collectives};
 use crate::select::sample::{
     SampleParams, choose as sample_choose_body, count as sample_count_body, filter as sample_filter_body,
-    nearest as sample_nearest_body, sample as sample_sample_body,
+    gather as sample_gather_body, nearest as sample_nearest_body, sample as sample_sample_body,
 };
 use crate::topk::bitonic::{TopKParams, reduce_q1, reduce_q2, reduce_q4, reduce_q8};
 use crate::topk::radix::{
@@ -67,6 +67,8 @@ pub trait KernelKey: Key {
     const SAMPLE_SELECT_CHOOSE: KernelId<SampleParams<Self>>;
     /// SampleSelect: a level's target bucket to the next buffer (and top-k outputs).
     const SAMPLE_SELECT_FILTER: KernelId<SampleParams<Self>>;
+    /// SampleSelect, selection only: a level's target bucket to the next buffer, in any order.
+    const SAMPLE_SELECT_GATHER: KernelId<SampleParams<Self>>;
     /// SampleSelect, approximate: the splitter nearest to the wanted rank.
     const SAMPLE_SELECT_NEAREST: KernelId<SampleParams<Self>>;
     /// Merge of neighbouring sorted runs (merge path).
@@ -90,6 +92,7 @@ crate::__kernel_table! {
         SAMPLE_SELECT_COUNT = sample_select_count(SampleParams) => sample_count_body;
         SAMPLE_SELECT_CHOOSE = sample_select_choose(SampleParams) => sample_choose_body;
         SAMPLE_SELECT_FILTER = sample_select_filter(SampleParams) => sample_filter_body;
+        SAMPLE_SELECT_GATHER = sample_select_gather(SampleParams) => sample_gather_body;
         SAMPLE_SELECT_NEAREST = sample_select_nearest(SampleParams) => sample_nearest_body;
     }
     plain {

@@ -9,7 +9,7 @@ use gpu_select_kernels::params::GlobalPtr;
 use gpu_select_kernels::select::sample::{
     LEVEL_SLOTS, MAX_BUCKET_BITS, MAX_BUCKETS, MAX_EXACT_BUCKET_BITS, MAX_SAMPLE, MAX_SAMPLE_BLOCKS,
     NearestLayout, SAMPLE_THREADS, SPLITTER_SLOTS, SampleChooseLayout, SampleLevel, SampleOutcome,
-    SampleParams, SamplePassLayout, SampleSortLayout, flags,
+    SampleParams, SamplePassLayout, SampleSortLayout, WINDOW_BITS, flags,
 };
 
 use crate::buffer::{DeviceBuffer, DeviceValue};
@@ -54,17 +54,34 @@ pub struct SampleSelectPolicy {
     /// Count with warp-aggregated atomics (`match.any.sync`) instead of per-thread runs of
     /// one bucket.
     pub warp_aggregated: bool,
+    /// Approximate selection with more than 64 buckets counts first against only the 63
+    /// splitters around the wanted rank's estimate (a tree of 6 levels instead of up to 10),
+    /// and counts against all splitters only when that cannot prove the answer. The answer
+    /// is the same either way.
+    pub window_count: bool,
 }
 
 impl SampleSelectPolicy {
     /// The policy measured best on an H100 (docs/select.md has the sweep).
     pub fn for_device(_gpu: &Gpu) -> Self {
-        Self { bucket_bits: 8, sample_size: 2048, blocks_per_sm: 2, warp_aggregated: false }
+        Self {
+            bucket_bits: 8,
+            sample_size: 2048,
+            blocks_per_sm: 8,
+            warp_aggregated: false,
+            window_count: true,
+        }
     }
 
     /// QuickSelect's: four buckets (a three-way partition), the median of 128 samples.
     pub fn quick_select() -> Self {
-        Self { bucket_bits: 2, sample_size: 128, blocks_per_sm: 2, warp_aggregated: false }
+        Self {
+            bucket_bits: 2,
+            sample_size: 128,
+            blocks_per_sm: 2,
+            warp_aggregated: false,
+            window_count: true,
+        }
     }
 
     fn check(&self, max_bits: u32) -> Result<()> {
@@ -493,11 +510,22 @@ impl Gpu {
         };
 
         if plan.flags & flags::APPROXIMATE != 0 {
+            let nearest = one_block(NearestLayout::new().bytes);
             self.launch(K::SAMPLE_SELECT_SAMPLE, sample, params)?;
+            if plan.policy.window_count && plan.policy.bucket_bits > WINDOW_BITS && n > MAX_SAMPLE as u64 {
+                // Queued without a read-back: the full pass returns at once when the window
+                // answered.
+                let window = SampleParams { flags: params.flags | flags::WINDOW, ..params };
+                self.launch(K::SAMPLE_SELECT_COUNT, pass, window)?;
+                self.launch(K::SAMPLE_SELECT_NEAREST, nearest, window)?;
+            }
             self.launch(K::SAMPLE_SELECT_COUNT, pass, params)?;
-            self.launch(K::SAMPLE_SELECT_NEAREST, one_block(NearestLayout::new().bytes), params)?;
+            self.launch(K::SAMPLE_SELECT_NEAREST, nearest, params)?;
             return self.read_outcome(workspace_base + layout.outcome as u64);
         }
+        // Selection keeps no order among a level's candidates: the cheaper gather serves.
+        let filter =
+            if plan.flags & flags::EMIT != 0 { K::SAMPLE_SELECT_FILTER } else { K::SAMPLE_SELECT_GATHER };
         let mut level = 0;
         let mut batch = plan.expected_levels(n);
         while (level as usize) < LEVEL_SLOTS {
@@ -506,7 +534,7 @@ impl Gpu {
                 self.launch(K::SAMPLE_SELECT_SAMPLE, sample, params)?;
                 self.launch(K::SAMPLE_SELECT_COUNT, pass, params)?;
                 self.launch(K::SAMPLE_SELECT_CHOOSE, choose, params)?;
-                self.launch(K::SAMPLE_SELECT_FILTER, pass, params)?;
+                self.launch(filter, pass, params)?;
                 level += 1;
             }
             let run = self.read_outcome(workspace_base + layout.outcome as u64)?;
@@ -562,6 +590,7 @@ mod tests {
             sample_size: 2048,
             blocks_per_sm: 2,
             warp_aggregated: false,
+            window_count: true,
         };
         for n in [1u64, 2048, 2049, 1 << 20, 1 << 28, 1 << 33] {
             let plan = SamplePlan::new(n, 132, policy, 0);

@@ -18,16 +18,19 @@
 //!    `[p, p + 1, p + 1]`: a three-way partition.
 //! 2. **count** (`sample_select_count_<key>`): each input walks the splitters stored as an
 //!    implicit binary search tree (node `i`, children `2i + 1` and `2i + 2`) in shared memory
-//!    — branch-free, one compare per level — counts its bucket in a shared histogram (runs of
+//!    — branch-free, one compare per level, a tile's inputs level by level together, the top
+//!    three levels from registers — counts its bucket in a shared histogram (runs of
 //!    one bucket add with one atomic; or, as an option, warp-aggregated through
 //!    `match.any.sync`), and stores its bucket as a one-byte *oracle*. Each block publishes
 //!    its cumulative histogram, and its counts to the level's totals.
 //! 3. **choose** (`sample_select_choose_<key>`, one block): the target bucket (the one
 //!    holding the `k`-th smallest rank), the blocks' output offsets (exclusive scans over
 //!    blocks: the reduce step), and the next level.
-//! 4. **filter** (`sample_select_filter_<key>`): each block reads its oracles and copies the
-//!    target bucket's inputs, in input order, to the next candidate buffer. With `EMIT`
-//!    (top-k) the buckets before the target go straight to the output (the paper's fusion),
+//! 4. **filter**: each block reads its oracles and copies the target bucket's inputs to the
+//!    next candidate buffer. Selection needs no order among them: `sample_select_gather_<key>`
+//!    reads sixteen oracles per load and reserves places per warp, without block barriers.
+//!    Top-k (`EMIT`, `sample_select_filter_<key>`) keeps input order, so that ties resolve by
+//!    index: the buckets before the target go straight to the output (the paper's fusion),
 //!    and a final level sends the target's first inputs there.
 //!
 //! Approximate selection runs sample and count (without oracles) once, then
@@ -44,8 +47,8 @@ use crate::block::bitonic_sort::{
     BlockSortLayout, MAX_BLOCK_SORT_LEN, PAIRS_PER_THREAD, sort_capacity, sort_slots,
 };
 use crate::block::tiles::{
-    BucketRuns, HISTOGRAM_BUCKETS, TILE, TILE_COUNT_SET, TILE_ITEMS, TILE_THREADS, TILE_WARPS, Tile,
-    block_range, load_tile, place_in_order, publish_histogram, scan_block_offsets, unroll_items,
+    BucketRuns, HISTOGRAM_BUCKETS, TILE, TILE_COUNT_SET, TILE_ITEMS, TILE_THREADS, TILE_WARPS, block_range,
+    place_in_order, publish_histogram, scan_block_offsets, unroll_items,
 };
 use crate::device::{self, SharedLayout, SharedRegion, SharedSlice};
 use crate::key::{Key, OrderedBits};
@@ -63,6 +66,12 @@ pub const MAX_BUCKET_BITS: u32 = 10;
 pub const MAX_EXACT_BUCKET_BITS: u32 = 8;
 /// The largest sample, and the most candidates the base case sorts: one block sort.
 pub const MAX_SAMPLE: u32 = MAX_BLOCK_SORT_LEN;
+/// Bits of the window count of approximate selection: its tree's depth.
+pub const WINDOW_BITS: u32 = 6;
+/// Consecutive splitters the window count compares against (one tree of depth
+/// [`WINDOW_BITS`]); sample noise moves a splitter's rank by about `n / √sample`, and
+/// ±31 splitters of 1024 cover three times that for a sample of 2048.
+pub const WINDOW_SPLITTERS: u32 = (1 << WINDOW_BITS) - 1;
 /// The most blocks a count or filter launch may have.
 pub const MAX_SAMPLE_BLOCKS: u32 = 1024;
 /// Level states the host provides: the most levels one selection may take.
@@ -110,6 +119,10 @@ pub mod flags {
     pub const APPROXIMATE: u32 = 4;
     /// QuickSelect: one pivot (the sample median) and a three-way partition.
     pub const SINGLE_PIVOT: u32 = 8;
+    /// With `APPROXIMATE`: count only against the [`WINDOW_SPLITTERS`](super::WINDOW_SPLITTERS)
+    /// splitters around the wanted rank's estimate; the nearest kernel answers only when that
+    /// proves the answer the full count would give (else a full count follows).
+    pub const WINDOW: u32 = 16;
 }
 
 /// The state of one level in device memory: the sample kernel initialises level 0; the
@@ -155,7 +168,7 @@ pub struct SampleDecision {
 pub struct SampleOutcome {
     /// 1 once the selection has ended.
     pub done: u32,
-    /// Levels it took.
+    /// Levels it took (approximate selection: passes over the data, 1 or 2 with `WINDOW`).
     pub levels: u32,
     /// The answer's rank bits (widened to 64): the selected element, or for approximate
     /// selection the chosen splitter.
@@ -466,30 +479,65 @@ pub unsafe fn sample<K: Key>(params: SampleParams<K>) {
     }
 }
 
-/// The bucket of `rank`: a walk down the implicit search tree of `depth` levels.
+/// The keys of the tile at `tile_start`: key `tile_start + 256·i + thread` in item `i`
+/// (past `end`: the last key, to be ignored). Only a block's last tile checks bounds.
 #[inline(always)]
-unsafe fn bucket_of<B: OrderedBits>(tree: &SharedSlice<B>, depth: u32, rank: B) -> u32 {
-    let mut node = 0u32;
-    for _ in 0..depth {
-        let splitter = unsafe { tree.load(node as usize) };
-        node = 2 * node + 1 + (rank >= splitter) as u32;
+unsafe fn load_keys<K: Copy + Default>(keys: GlobalPtr<K>, tile_start: u64, end: u64) -> [K; TILE_ITEMS] {
+    let first = tile_start + device::thread_idx_x() as u64;
+    let mut tile = [K::default(); TILE_ITEMS];
+    if tile_start + TILE <= end {
+        unroll_items!(i => { tile[i] = unsafe { keys.read(first + (i as u64) * TILE_THREADS as u64) }; });
+    } else {
+        unroll_items!(i => {
+            let at = (first + (i as u64) * TILE_THREADS as u64).min(end - 1);
+            tile[i] = unsafe { keys.read(at) };
+        });
     }
-    node - ((1 << depth) - 1)
+    tile
 }
 
-/// Loads the level's splitters into the search tree: node `i` at depth `d` (`i = 2^d − 1 +
-/// p`) holds sorted splitter `(2p + 1)·2^(depth − d − 1) − 1`. Ends with a barrier.
+/// The first splitter of approximate selection's window: the window's middle is the
+/// splitter whose percentile is nearest the wanted rank's (fewer than 2^54 inputs).
+fn window_start<K: Key>(params: &SampleParams<K>) -> u32 {
+    let splitter_count = (1u64 << params.bucket_bits) - 1;
+    // Splitter j sits at the sample's (j + 1)/b quantile.
+    let estimate = ((params.k - 1) << params.bucket_bits) / params.len;
+    let first = estimate.saturating_sub(1 + WINDOW_SPLITTERS as u64 / 2);
+    first.min(splitter_count - WINDOW_SPLITTERS as u64) as u32
+}
+
+/// Tree levels the count walks in registers.
+const REGISTER_LEVELS: u32 = 3;
+
+/// The node at depth 3 that `rank` reaches from the root, given the tree's first seven
+/// nodes (depths 0 to 2).
+#[inline(always)]
+fn top_levels<B: OrderedBits>(top: &[B; 7], rank: B) -> u32 {
+    let right = rank >= top[0];
+    let depth_1 = if right { top[2] } else { top[1] };
+    let right_right = rank >= depth_1;
+    let depth_2 = match (right, right_right) {
+        (false, false) => top[3],
+        (false, true) => top[4],
+        (true, false) => top[5],
+        (true, true) => top[6],
+    };
+    7 + 4 * right as u32 + 2 * right_right as u32 + (rank >= depth_2) as u32
+}
+
+/// Loads `2^depth − 1` of the level's splitters, from splitter `first` on, into the search
+/// tree: node `i` at depth `d` (`i = 2^d − 1 + p`) holds sorted splitter `first + (2p +
+/// 1)·2^(depth − d − 1) − 1`. Ends with a barrier.
 ///
 /// # Safety
 /// *Block-wide*.
-unsafe fn load_tree<K: Key>(params: &SampleParams<K>, tree: &SharedSlice<K::Bits>) {
-    let depth = params.bucket_bits;
+unsafe fn load_tree<K: Key>(params: &SampleParams<K>, tree: &SharedSlice<K::Bits>, depth: u32, first: u32) {
     let mut node = device::thread_idx_x();
     while node < (1 << depth) - 1 {
         let node_depth = 31 - (node + 1).leading_zeros();
         let position = node + 1 - (1 << node_depth);
         let sorted_index = ((2 * position + 1) << (depth - node_depth - 1)) - 1;
-        let splitter = unsafe { params.level_splitters().read(sorted_index as u64) };
+        let splitter = unsafe { params.level_splitters().read((first + sorted_index) as u64) };
         unsafe { tree.store(node as usize, K::Bits::from_u64(splitter)) };
         node += SAMPLE_THREADS;
     }
@@ -519,11 +567,20 @@ pub unsafe fn count<K: Key>(params: SampleParams<K>) {
     if level.source == source::NONE || level.decision.action != action::PENDING {
         return;
     }
+    let window = params.has(flags::WINDOW);
+    if params.has(flags::APPROXIMATE) && !window && unsafe { params.outcome.read(0) }.done != 0 {
+        // The window count before this one found the answer.
+        return;
+    }
+    let (depth, first_splitter, totals) = if window {
+        (WINDOW_BITS, window_start(&params), params.totals.offset(MAX_BUCKETS as u64))
+    } else {
+        (params.bucket_bits, 0, params.level_totals(params.level))
+    };
     let layout = SamplePassLayout::<K::Bits>::new();
     let (tree, histogram, warp_sums) =
         unsafe { (layout.tree.bind(), layout.histogram.bind(), layout.warp_sums.bind()) };
-    unsafe { load_tree(&params, &tree) };
-    let depth = params.bucket_bits;
+    unsafe { load_tree(&params, &tree, depth, first_splitter) };
     // Publishing reads all 256 buckets, also when fewer are used.
     unsafe { clear_buckets(&histogram, (1 << depth).max(HISTOGRAM_BUCKETS)) };
 
@@ -533,36 +590,66 @@ pub unsafe fn count<K: Key>(params: SampleParams<K>) {
     let (keys, _, len) = params.storage(&level);
     let (start, end) = block_range(len, params.blocks);
     let lane = device::lane_id();
+    let leaf_base = (1u32 << depth) - 1;
+    // The tree's top levels sit in registers (selects instead of shared loads: the shared
+    // memory pipe is what limits the count).
+    let mut top = [K::Bits::MIN; 7];
+    let walked = if depth >= REGISTER_LEVELS {
+        for (node, splitter) in top.iter_mut().enumerate() {
+            *splitter = unsafe { tree.load(node) };
+        }
+        REGISTER_LEVELS
+    } else {
+        0
+    };
     // Tile t + 1 is loaded before tile t is worked on, so its loads are in flight meanwhile.
     let mut tile_start = start;
     let mut next =
-        if start < end { unsafe { load_tile(keys, GlobalPtr::null(), start, end) } } else { Tile::empty() };
+        if start < end { unsafe { load_keys(keys, start, end) } } else { [K::default(); TILE_ITEMS] };
     while tile_start < end {
-        let tile = next;
+        let tile_keys = next;
         if tile_start + TILE < end {
-            next = unsafe { load_tile(keys, GlobalPtr::null(), tile_start + TILE, end) };
+            next = unsafe { load_keys(keys, tile_start + TILE, end) };
         }
+        // All items walk the tree together, one level at a time: eight independent shared
+        // loads per level instead of one chain of `depth` loads per item.
+        let mut ranks = [K::Bits::MIN; TILE_ITEMS];
+        unroll_items!(i => { ranks[i] = tile_keys[i].to_ordered().xor(flip); });
+        let mut nodes = [0u32; TILE_ITEMS];
+        if depth >= REGISTER_LEVELS {
+            unroll_items!(i => { nodes[i] = top_levels(&top, ranks[i]); });
+        }
+        for _ in walked..depth {
+            unroll_items!(i => {
+                let splitter = unsafe { tree.load(nodes[i] as usize) };
+                nodes[i] = 2 * nodes[i] + 1 + (ranks[i] >= splitter) as u32;
+            });
+        }
+        let first = tile_start + device::thread_idx_x() as u64;
+        let full = tile_start + TILE <= end;
         let mut runs = BucketRuns::new();
         unroll_items!(i => {
-            let bucket = unsafe { bucket_of(&tree, depth, tile.keys[i].to_ordered().xor(flip)) };
-            if tile.valid[i] && write_oracles {
-                unsafe { params.oracles.write(tile.indices[i], bucket as u8) };
+            let at = first + (i as u64) * TILE_THREADS as u64;
+            let valid = full || at < end;
+            let bucket = nodes[i] - leaf_base;
+            if valid && write_oracles {
+                unsafe { params.oracles.write(at, bucket as u8) };
             }
             if aggregated {
                 // Lanes of one bucket add together: the lowest of them adds their count.
-                let key = if tile.valid[i] { bucket } else { u32::MAX };
+                let key = if valid { bucket } else { u32::MAX };
                 let peers = unsafe { device::match_any_u32(device::FULL_WARP, key) };
-                if tile.valid[i] && peers.trailing_zeros() == lane {
+                if valid && peers.trailing_zeros() == lane {
                     unsafe { histogram.atomic_add(bucket as usize, peers.count_ones()) };
                 }
-            } else if tile.valid[i] {
+            } else if valid {
                 unsafe { runs.add(&histogram, bucket) };
             }
         });
         unsafe { runs.flush(&histogram) };
         tile_start += TILE;
     }
-    let totals = params.level_totals(params.level).as_ptr();
+    let totals = totals.as_ptr();
     if write_oracles {
         unsafe { publish_histogram(&histogram, &warp_sums, params.cumulative, totals) };
     } else {
@@ -704,9 +791,9 @@ unsafe fn load_oracles(oracles: GlobalPtr<u8>, tile_start: u64, end: u64) -> [u3
     buckets
 }
 
-/// The `sample_select_filter_<key>` kernel: copies the target bucket to the next level's
-/// buffer (in input order), and with `EMIT` sends better buckets, and on the last level the
-/// first target inputs, to the output.
+/// The `sample_select_filter_<key>` kernel, top-k's filter: copies the target bucket to the
+/// next level's buffer (in input order), and with `EMIT` sends better buckets, and on the
+/// last level the first target inputs, to the output. (Selection uses [`gather`].)
 ///
 /// # Safety
 /// As [`count`]; the level's choose kernel has run.
@@ -786,6 +873,129 @@ pub unsafe fn filter<K: Key>(params: SampleParams<K>) {
     }
 }
 
+/// Sixteen oracles, read with one 16-byte load.
+#[repr(C, align(16))]
+#[derive(Clone, Copy)]
+struct OracleVector([u32; 4]);
+
+/// Oracle vectors each thread reads per step of [`gather`]: enough bytes in flight to keep
+/// the memory busy at two blocks per multiprocessor.
+const GATHER_VECTORS: usize = 4;
+const _: () = assert!(GATHER_VECTORS == 4, "gather's loops are unrolled for four vectors");
+
+/// Runs `$body` for `$i` = 0 to 3, unrolled in the source (arrays indexed by `$i` stay in
+/// registers).
+macro_rules! unroll_4 {
+    ($i:ident => $body:block) => {{
+        {
+            let $i: usize = 0;
+            $body
+        }
+        {
+            let $i: usize = 1;
+            $body
+        }
+        {
+            let $i: usize = 2;
+            $body
+        }
+        {
+            let $i: usize = 3;
+            $body
+        }
+    }};
+}
+
+/// Which bytes of `word` equal `byte`: the high bit of each such byte, no other bits.
+#[inline(always)]
+fn bytes_equal(word: u32, byte: u32) -> u32 {
+    let diff = word ^ (byte * 0x0101_0101);
+    // Bit 7 of a byte of `low` is set when the byte's low seven bits are not all zero.
+    let low = (diff & 0x7f7f_7f7f) + 0x7f7f_7f7f;
+    !(low | diff | 0x7f7f_7f7f)
+}
+
+/// The `sample_select_gather_<key>` kernel, selection's filter (no `EMIT`): copies the
+/// target bucket's candidates to the next buffer, in any order within the block's range,
+/// which selection does not need. Reads the oracles sixteen to a load; a warp that found
+/// some reserves their places with one shared atomic; no block barrier in the loop.
+///
+/// # Safety
+/// As [`count`], with the level's choose kernel run; the oracles are 16-byte aligned and
+/// readable up to the next multiple of 16 bytes (the workspace rounds regions up).
+pub unsafe fn gather<K: Key>(params: SampleParams<K>) {
+    let level = unsafe { params.levels.read(params.level as u64) };
+    if level.source == source::NONE || level.decision.action != action::NEXT {
+        return;
+    }
+    let layout = SamplePassLayout::<K::Bits>::new();
+    let reserved = unsafe { layout.tile_counts.bind() };
+    if device::thread_idx_x() == 0 {
+        unsafe { reserved.store(0, 0) };
+    }
+    unsafe { device::sync_threads() };
+    let (keys, _, len) = params.storage(&level);
+    let buffer = if next_source(level.source) == source::BUFFER_0 {
+        params.buffer_keys[0]
+    } else {
+        params.buffer_keys[1]
+    };
+    let target = level.decision.target;
+    let (start, end) = block_range(len, params.blocks);
+    let block_offset = unsafe { params.tie_offsets.read(device::block_idx_x() as u64) };
+    let vectors = params.oracles.as_ptr() as *const OracleVector;
+    // `start` is a whole number of tiles, so a multiple of 16.
+    let (first_vector, end_vector) = (start / 16, end.div_ceil(16));
+    let thread = device::thread_idx_x() as u64;
+    let lane = device::lane_id();
+    let mut step = first_vector;
+    while step < end_vector {
+        // All loads first, so that they are in flight together.
+        let mut loaded = [OracleVector([0; 4]); GATHER_VECTORS];
+        unroll_4!(j => {
+            let vector = step + thread + (j * TILE_THREADS as usize) as u64;
+            if vector < end_vector {
+                loaded[j] = unsafe { vectors.add(vector as usize).read() };
+            }
+        });
+        let mut found = [[0u32; 4]; GATHER_VECTORS];
+        let mut count = 0;
+        unroll_4!(j => {
+            let vector = step + thread + (j * TILE_THREADS as usize) as u64;
+            unroll_4!(w => {
+                let word = 4 * vector + w as u64;
+                // Bytes at or past `end` are not candidates.
+                let past_end = (4 * word + 4).saturating_sub(end).min(4);
+                let valid = if past_end == 4 { 0 } else { u32::MAX >> (8 * past_end) };
+                found[j][w] = bytes_equal(loaded[j].0[w], target) & valid;
+                count += found[j][w].count_ones();
+            });
+        });
+        if unsafe { device::ballot(device::FULL_WARP, count != 0) } != 0 {
+            let inclusive = unsafe { crate::warp::inclusive_scan_add_u32(count) };
+            let mut warp_start = 0;
+            if lane == 31 {
+                warp_start = unsafe { reserved.atomic_add(0, inclusive) };
+            }
+            warp_start = unsafe { device::shfl_idx_u32(device::FULL_WARP, warp_start, 31) };
+            let mut place = block_offset + (warp_start + inclusive - count) as u64;
+            unroll_4!(j => {
+                let vector = step + thread + (j * TILE_THREADS as usize) as u64;
+                unroll_4!(w => {
+                    let mut bits = found[j][w];
+                    while bits != 0 {
+                        let at = 16 * vector + 4 * w as u64 + (bits.trailing_zeros() / 8) as u64;
+                        bits &= bits - 1;
+                        unsafe { buffer.write(place, keys.read(at)) };
+                        place += 1;
+                    }
+                });
+            });
+        }
+        step += (GATHER_VECTORS * TILE_THREADS as usize) as u64;
+    }
+}
+
 /// Writes output `at`.
 #[inline(always)]
 unsafe fn emit_output<K: Key>(params: &SampleParams<K>, at: u64, key: K, index: u64) {
@@ -829,23 +1039,40 @@ const NEAREST_RUN: usize = MAX_BUCKETS / SAMPLE_THREADS as usize;
 /// wanted rank `k − 1`. Each thread weighs a run of consecutive splitters; a block scan of
 /// the runs' totals gives every splitter's rank, a block-wide minimum the winner.
 ///
+/// With `WINDOW`, the counts cover only the window's splitters (all inputs below the first
+/// in bucket 0, all from the last on in the last bucket). Its last splitter bounds the
+/// splitters after it and its first those before it, so the winner among the window's
+/// other splitters is the full count's answer when no splitter outside can be as near:
+/// then the outcome is written; else nothing, and the full count and this kernel run again.
+///
 /// # Safety
 /// One block of [`SAMPLE_THREADS`] threads, [`NearestLayout::bytes`] of shared memory;
 /// sample and count of level 0 have run; fewer than 2^54 inputs.
 pub unsafe fn nearest<K: Key>(params: SampleParams<K>) {
+    let window = params.has(flags::WINDOW);
+    let earlier = unsafe { params.outcome.read(0) };
+    if earlier.done != 0 {
+        return;
+    }
     let layout = NearestLayout::new();
     let (warp_values, best_slot) = unsafe { (layout.warp_values.bind(), layout.best.bind()) };
     let thread = device::thread_idx_x() as usize;
     let splitter_count = (1usize << params.bucket_bits) - 1;
+    // Splitter `offset + j` closes bucket j of `totals`; candidates are j < `candidates`.
+    let (offset, buckets, candidates, totals) = if window {
+        let buckets = 1 << WINDOW_BITS;
+        (window_start(&params) as usize, buckets, buckets - 2, params.totals.offset(MAX_BUCKETS as u64))
+    } else {
+        (0, splitter_count + 1, splitter_count, params.totals)
+    };
     let splitters = params.splitters;
-    let totals = params.totals;
     let wanted = params.k - 1;
     let first = thread * NEAREST_RUN;
 
     // Inputs below this thread's first splitter: an exclusive scan of the runs' totals.
     let mut run_total = 0;
     for j in first..first + NEAREST_RUN {
-        if j <= splitter_count {
+        if j < buckets {
             run_total += unsafe { totals.read(j as u64) };
         }
     }
@@ -856,18 +1083,19 @@ pub unsafe fn nearest<K: Key>(params: SampleParams<K>) {
     let mut best = u64::MAX;
     let mut best_rank = 0;
     for j in first..first + NEAREST_RUN {
-        if j < splitter_count {
+        if j < candidates {
             below += unsafe { totals.read(j as u64) };
-            let sampled = unsafe { splitters.read((2 * MAX_BUCKETS + j) as u64) } != 0;
+            let splitter = offset + j;
+            let sampled = unsafe { splitters.read((2 * MAX_BUCKETS + splitter) as u64) } != 0;
             if sampled {
                 // The splitter's ranks: [below, below + equal), `equal` known when the
                 // bucket it starts is an equality bucket, else at least 1 (it is an input).
-                let equal = match unsafe { single_value(&params, j + 1, splitter_count) } {
+                let equal = match unsafe { single_value(&params, splitter + 1, splitter_count) } {
                     Some(_) => unsafe { totals.read(j as u64 + 1) }.max(1),
                     None => 1,
                 };
                 let rank = wanted.max(below).min(below + equal - 1);
-                let candidate = (rank.abs_diff(wanted) << MAX_BUCKET_BITS) | j as u64;
+                let candidate = (rank.abs_diff(wanted) << MAX_BUCKET_BITS) | splitter as u64;
                 if candidate < best {
                     (best, best_rank) = (candidate, rank);
                 }
@@ -878,6 +1106,10 @@ pub unsafe fn nearest<K: Key>(params: SampleParams<K>) {
     if device::lane_id() == 0 {
         unsafe { warp_values.store(device::warp_id() as usize, warp_best) };
     }
+    if window && thread == 0 {
+        // Counts the window's pass, should it not answer (the barriers order this first).
+        unsafe { params.outcome.write(0, SampleOutcome { levels: 1, ..SampleOutcome::default() }) };
+    }
     unsafe { device::sync_threads() };
     if thread == 0 {
         let mut block_best = u64::MAX;
@@ -887,11 +1119,26 @@ pub unsafe fn nearest<K: Key>(params: SampleParams<K>) {
         unsafe { best_slot.store(0, block_best) };
     }
     unsafe { device::sync_threads() };
-    // Splitter 0 is always sampled, so some thread holds the block's best.
-    if best == unsafe { best_slot.load(0) } {
-        let splitter = best & ((1 << MAX_BUCKET_BITS) - 1);
-        let value = unsafe { splitters.read(splitter) };
-        let outcome = SampleOutcome { done: 1, levels: 1, value, rank: best_rank };
-        unsafe { params.outcome.write(0, outcome) };
+    // Without a window splitter 0 is always sampled, so some thread holds the block's best.
+    if best != u64::MAX && best == unsafe { best_slot.load(0) } {
+        let answers = !window || {
+            // Splitters before the window rank below its first splitter's `below`, those
+            // after it at or above its last splitter's; and a splitter before wins a tie.
+            let distance = best >> MAX_BUCKET_BITS;
+            let first_below = unsafe { totals.read(0) };
+            let last_below = params.len - unsafe { totals.read(buckets as u64 - 1) };
+            wanted >= first_below
+                && distance <= wanted - first_below
+                && last_below >= wanted
+                && distance <= last_below - wanted
+        };
+        if answers {
+            let splitter = best & ((1 << MAX_BUCKET_BITS) - 1);
+            let value = unsafe { splitters.read(splitter) };
+            // Passes over the data: the window's that did not answer, and this one.
+            let levels = earlier.levels + 1;
+            let outcome = SampleOutcome { done: 1, levels, value, rank: best_rank };
+            unsafe { params.outcome.write(0, outcome) };
+        }
     }
 }
