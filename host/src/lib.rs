@@ -3,7 +3,9 @@
 //!
 //! What is here: the [`Gpu`] handle (a CUDA device, or the [emulator](Gpu::emulator) that
 //! runs the same kernel code on CPU threads), typed [`DeviceBuffer`]s, top-k
-//! ([`Gpu::top_k`], see [`Algorithm`]), a block bitonic sort of small segments
+//! ([`Gpu::top_k`], see [`Algorithm`]), the element of rank `k` ([`Gpu::select`], by
+//! SampleSelect or QuickSelect) and its one-level approximation with an exact rank
+//! ([`Gpu::select_approx`]), a block bitonic sort of small segments
 //! ([`Gpu::sort_segments`]), the read floor every benchmark compares with
 //! ([`Gpu::read_pass`]) and the CPU [`reference`](mod@reference) implementations the tests use as the
 //! oracle.
@@ -54,3 +56,8 @@ impl<K: Key + gpu_select_kernels::entry::KernelKey + DeviceValue> SelectKey for 
 #[doc = include_str!("../../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+
+/// docs/select.md's example, compiled and run as a doc test.
+#[doc = include_str!("../../docs/select.md")]
+#[cfg(doctest)]
+pub struct SelectGuideDoctests;
