@@ -1,5 +1,5 @@
-//! Tiled passes over candidates, shared by the bucket-based selections (radix select,
-//! SampleSelect, QuickSelect): each block of [`TILE_THREADS`] threads walks a contiguous
+//! Tiled passes over candidates for the bucket-based selections (SampleSelect and
+//! QuickSelect; radix select keeps its own copies, see `topk/radix.rs`): each block of [`TILE_THREADS`] threads walks a contiguous
 //! range of tiles of [`TILE`] inputs, counts buckets in a shared histogram, and places the
 //! inputs of one or two bucket classes in input order.
 //!
@@ -53,67 +53,6 @@ pub fn block_range(len: u64, blocks: u32) -> (u64, u64) {
     (start, end)
 }
 
-/// One tile's inputs in registers: input `tile_start + 256·i + thread` in item `i`.
-#[derive(Clone, Copy)]
-pub struct Tile<K> {
-    /// The keys.
-    pub keys: [K; TILE_ITEMS],
-    /// Their indices (positions when the source has no index array).
-    pub indices: [u64; TILE_ITEMS],
-    /// Whether the item is an input (the last tile may be partial).
-    pub valid: [bool; TILE_ITEMS],
-}
-
-impl<K: Copy + Default> Tile<K> {
-    /// No inputs.
-    pub fn empty() -> Self {
-        Self { keys: [K::default(); TILE_ITEMS], indices: [0; TILE_ITEMS], valid: [false; TILE_ITEMS] }
-    }
-}
-
-/// Loads the tile at `tile_start` of `keys` (with `indices`, or positions when null);
-/// inputs at or past `end` are marked invalid. All loads issue before any is used; a full
-/// tile (all but a block's last) needs no bounds checks.
-///
-/// # Safety
-/// `keys` (and `indices` unless null) hold at least `end` entries; `tile_start < end`.
-#[inline(always)]
-pub unsafe fn load_tile<K: Copy + Default>(
-    keys: GlobalPtr<K>,
-    indices: GlobalPtr<u64>,
-    tile_start: u64,
-    end: u64,
-) -> Tile<K> {
-    let first = tile_start + device::thread_idx_x() as u64;
-    let mut tile = Tile::empty();
-    if tile_start + TILE <= end {
-        for i in 0..TILE_ITEMS {
-            let at = first + (i as u64) * TILE_THREADS as u64;
-            tile.valid[i] = true;
-            tile.keys[i] = unsafe { keys.read(at) };
-            tile.indices[i] = at;
-        }
-        if !indices.is_null() {
-            for i in 0..TILE_ITEMS {
-                tile.indices[i] = unsafe { indices.read(tile.indices[i]) };
-            }
-        }
-    } else {
-        for i in 0..TILE_ITEMS {
-            let at = first + (i as u64) * TILE_THREADS as u64;
-            tile.valid[i] = at < end;
-            tile.keys[i] = unsafe { keys.read(at.min(end - 1)) };
-            tile.indices[i] = at;
-        }
-        if !indices.is_null() {
-            for i in 0..TILE_ITEMS {
-                tile.indices[i] = unsafe { indices.read(tile.indices[i].min(end - 1)) };
-            }
-        }
-    }
-    tile
-}
-
 /// Counts buckets into a block's histogram, one thread's items at a time: a run of equal
 /// buckets is added with one atomic when the bucket changes (CUB's run-length trick).
 /// Skewed buckets (the exponent byte of floats, sorted or all-equal inputs) would otherwise
@@ -160,17 +99,6 @@ impl BucketRuns {
 impl Default for BucketRuns {
     fn default() -> Self {
         Self::new()
-    }
-}
-
-/// Clears a histogram of [`HISTOGRAM_BUCKETS`]. Ends with a barrier.
-///
-/// # Safety
-/// *Block-wide*, [`TILE_THREADS`] threads.
-pub unsafe fn clear_histogram(histogram: &SharedSlice<u32>) {
-    unsafe {
-        histogram.store(device::thread_idx_x() as usize, 0);
-        device::sync_threads();
     }
 }
 
