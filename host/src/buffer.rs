@@ -189,45 +189,23 @@ impl Gpu {
     /// Copies `bytes` bytes between two device addresses of this `Gpu` (queued after earlier
     /// work). The caller guarantees both ranges lie inside live buffers.
     pub(crate) fn copy_on_device(&self, from: u64, to: u64, bytes: usize) -> Result<()> {
-        if bytes == 0 {
-            return Ok(());
-        }
-        match &*self.inner {
-            Backend::Cuda(device) => {
-                device.make_current()?;
-                check_driver(
-                    unsafe { cust::sys::cuMemcpyDtoD_v2(to, from, bytes) },
-                    "copying on the device",
-                    bytes,
-                )
-            }
-            Backend::Emulator(_) => {
-                unsafe { std::ptr::copy(from as usize as *const u8, to as usize as *mut u8, bytes) };
-                Ok(())
-            }
-        }
+        self.raw_memory_op(
+            bytes,
+            "copying on the device",
+            || unsafe { cust::sys::cuMemcpyDtoD_v2(to, from, bytes) },
+            || unsafe { std::ptr::copy(from as usize as *const u8, to as usize as *mut u8, bytes) },
+        )
     }
 
     /// Sets `bytes` bytes at a device address of this `Gpu` to zero (queued after earlier
     /// work). The caller guarantees the range lies inside a live buffer.
     pub(crate) fn clear_on_device(&self, address: u64, bytes: usize) -> Result<()> {
-        if bytes == 0 {
-            return Ok(());
-        }
-        match &*self.inner {
-            Backend::Cuda(device) => {
-                device.make_current()?;
-                check_driver(
-                    unsafe { cust::sys::cuMemsetD8_v2(address, 0, bytes) },
-                    "clearing device memory",
-                    bytes,
-                )
-            }
-            Backend::Emulator(_) => {
-                unsafe { std::ptr::write_bytes(address as usize as *mut u8, 0, bytes) };
-                Ok(())
-            }
-        }
+        self.raw_memory_op(
+            bytes,
+            "clearing device memory",
+            || unsafe { cust::sys::cuMemsetD8_v2(address, 0, bytes) },
+            || unsafe { std::ptr::write_bytes(address as usize as *mut u8, 0, bytes) },
+        )
     }
 
     /// Copies `values.len()` values from a device address of this `Gpu` (a workspace
@@ -236,26 +214,34 @@ impl Gpu {
     pub(crate) fn copy_from_address<T: DeviceValue>(&self, address: u64, values: &mut [T]) -> Result<()> {
         let bytes = std::mem::size_of_val(values);
         self.synchronize()?;
+        let destination = values.as_mut_ptr().cast::<u8>();
+        self.raw_memory_op(
+            bytes,
+            "copying from the device",
+            || unsafe { cust::sys::cuMemcpyDtoH_v2(destination.cast(), address, bytes) },
+            || unsafe { std::ptr::copy_nonoverlapping(address as usize as *const u8, destination, bytes) },
+        )
+    }
+
+    /// One memory operation on raw addresses of `bytes` bytes (nothing when 0): the driver
+    /// call on a GPU, its CPU equivalent on the emulator.
+    fn raw_memory_op(
+        &self,
+        bytes: usize,
+        what: &'static str,
+        cuda: impl FnOnce() -> cust::sys::CUresult,
+        emulate: impl FnOnce(),
+    ) -> Result<()> {
         if bytes == 0 {
             return Ok(());
         }
         match &*self.inner {
             Backend::Cuda(device) => {
                 device.make_current()?;
-                check_driver(
-                    unsafe { cust::sys::cuMemcpyDtoH_v2(values.as_mut_ptr().cast(), address, bytes) },
-                    "copying from the device",
-                    bytes,
-                )
+                check_driver(cuda(), what, bytes)
             }
             Backend::Emulator(_) => {
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        address as usize as *const u8,
-                        values.as_mut_ptr().cast::<u8>(),
-                        bytes,
-                    )
-                };
+                emulate();
                 Ok(())
             }
         }
@@ -278,28 +264,7 @@ impl Gpu {
                 actual: values.len(),
             });
         }
-        let bytes = buffer.bytes();
-        self.synchronize()?;
-        match &buffer.storage {
-            Storage::Device(address) => {
-                if bytes > 0 {
-                    unsafe {
-                        check_driver(
-                            cust::sys::cuMemcpyDtoH_v2(values.as_mut_ptr().cast(), *address, bytes),
-                            "copying from the device",
-                            bytes,
-                        )?;
-                    }
-                }
-            }
-            Storage::Host(words) => unsafe {
-                std::ptr::copy_nonoverlapping(
-                    words.as_ptr().cast::<u8>(),
-                    values.as_mut_ptr().cast::<u8>(),
-                    bytes,
-                );
-            },
-        }
-        Ok(())
+        // A buffer's address is a device address on a GPU and a host one on the emulator.
+        self.copy_from_address(buffer.global_ptr().address(), values)
     }
 }

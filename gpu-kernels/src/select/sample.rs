@@ -791,18 +791,17 @@ unsafe fn load_oracles(oracles: GlobalPtr<u8>, tile_start: u64, end: u64) -> [u3
     buckets
 }
 
-/// The `sample_select_filter_<key>` kernel, top-k's filter: copies the target bucket to the
-/// next level's buffer (in input order), and with `EMIT` sends better buckets, and on the
-/// last level the first target inputs, to the output. (Selection uses [`gather`].)
+/// The `sample_select_filter_<key>` kernel, top-k's filter: copies the target bucket with
+/// its indices to the next level's buffer (in input order), and sends better buckets, and
+/// on the last level the first target inputs, to the output. (Selection uses [`gather`].)
 ///
 /// # Safety
-/// As [`count`]; the level's choose kernel has run.
+/// As [`count`], with `EMIT`; the level's choose kernel has run.
 pub unsafe fn filter<K: Key>(params: SampleParams<K>) {
     let level = unsafe { params.levels.read(params.level as u64) };
     let decision = level.decision;
-    let emit = params.has(flags::EMIT);
     let runs = level.source != source::NONE
-        && (decision.action == action::NEXT || (decision.action == action::FINISH && emit));
+        && (decision.action == action::NEXT || decision.action == action::FINISH);
     if !runs {
         return;
     }
@@ -836,7 +835,7 @@ pub unsafe fn filter<K: Key>(params: SampleParams<K>) {
         let mut is_tie = [false; TILE_ITEMS];
         let mut to_place = false;
         unroll_items!(i => {
-            is_better[i] = emit && buckets[i] < target;
+            is_better[i] = buckets[i] < target;
             is_tie[i] = buckets[i] == target;
             to_place |= is_better[i] || is_tie[i];
         });
@@ -847,7 +846,7 @@ pub unsafe fn filter<K: Key>(params: SampleParams<K>) {
                 if is_better[i] || is_tie[i] {
                     let at = first + (i as u64) * TILE_THREADS as u64;
                     let key = unsafe { keys.read(at) };
-                    let index = if !emit || indices.is_null() { at } else { unsafe { indices.read(at) } };
+                    let index = if indices.is_null() { at } else { unsafe { indices.read(at) } };
                     let rank = places.rank[i] as u64;
                     if is_better[i] {
                         unsafe { emit_output(&params, level.written + better_seen + rank, key, index) };
@@ -858,9 +857,9 @@ pub unsafe fn filter<K: Key>(params: SampleParams<K>) {
                         }
                     } else {
                         let rank = ties_seen + rank;
-                        unsafe { buffer_keys.write(rank, key) };
-                        if emit {
-                            unsafe { buffer_indices.write(rank, index) };
+                        unsafe {
+                            buffer_keys.write(rank, key);
+                            buffer_indices.write(rank, index);
                         }
                     }
                 }
@@ -878,8 +877,7 @@ pub unsafe fn filter<K: Key>(params: SampleParams<K>) {
 #[derive(Clone, Copy)]
 struct OracleVector([u32; 4]);
 
-/// Oracle vectors each thread reads per step of [`gather`]: enough bytes in flight to keep
-/// the memory busy at two blocks per multiprocessor.
+/// Oracle vectors each thread reads per step of [`gather`]: 64 bytes in flight per thread.
 const GATHER_VECTORS: usize = 4;
 const _: () = assert!(GATHER_VECTORS == 4, "gather's loops are unrolled for four vectors");
 

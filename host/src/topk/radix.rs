@@ -6,12 +6,11 @@ use gpu_select_kernels::topk::radix::{
     RadixParams, RadixPassLayout, levels_of,
 };
 
-use super::{TopK, WorkspaceCarver};
+use super::{OutputStaging, TopK, WorkspaceCarver};
 use crate::buffer::DeviceBuffer;
 use crate::error::Result;
 use crate::gpu::{Gpu, LaunchShape};
-use crate::sort::Pairs;
-use crate::{MAX_SMALL_SORT_LEN, Order, SelectKey};
+use crate::{Order, SelectKey};
 
 /// Blocks per multiprocessor of the count and filter passes: as many as fit at once (the
 /// filter kernel needs about 128 registers per thread with 32-bit keys).
@@ -53,10 +52,7 @@ pub(super) struct RadixWorkspace {
     tie_offsets: usize,
     buffer_keys: [usize; 2],
     buffer_indices: [usize; 2],
-    /// The unsorted selection, when it is sorted into the output afterwards, and the
-    /// sort's scratch (more than 2048 keys).
-    staging_keys: [usize; 2],
-    staging_indices: [usize; 2],
+    staging: OutputStaging,
     pub(super) bytes: usize,
 }
 
@@ -73,10 +69,7 @@ impl RadixWorkspace {
         let capacity = plan.capacity as usize;
         let buffer_keys = [carver.region(capacity * key_bytes), carver.region(capacity * key_bytes)];
         let buffer_indices = [carver.region(capacity * 8), carver.region(capacity * 8)];
-        let staged = if plan.sort_output { k } else { 0 };
-        let scratch = if staged > MAX_SMALL_SORT_LEN { k } else { 0 };
-        let staging_keys = [carver.region(staged * key_bytes), carver.region(scratch * key_bytes)];
-        let staging_indices = [carver.region(staged * 8), carver.region(scratch * 8)];
+        let staging = OutputStaging::carve(&mut carver, plan.sort_output, k, key_bytes);
         Self {
             levels,
             totals,
@@ -86,8 +79,7 @@ impl RadixWorkspace {
             tie_offsets,
             buffer_keys,
             buffer_indices,
-            staging_keys,
-            staging_indices,
+            staging,
             bytes: carver.bytes(),
         }
     }
@@ -107,11 +99,7 @@ impl Gpu {
     ) -> Result<()> {
         let layout = RadixWorkspace::new(plan, k, size_of::<K>());
         let at = |offset: usize| workspace_base + offset as u64;
-        let (keys_out, indices_out) = if plan.sort_output {
-            (at(layout.staging_keys[0]), at(layout.staging_indices[0]))
-        } else {
-            (out.values.global_ptr().address(), out.indices.global_ptr().address())
-        };
+        let (keys_out, indices_out) = layout.staging.targets(workspace_base, out);
         self.clear_on_device(workspace_base, layout.cleared)?;
         let mut params = RadixParams {
             data: data.global_ptr(),
@@ -148,18 +136,7 @@ impl Gpu {
             self.launch(K::RADIX_CHOOSE, choose, params)?;
             self.launch(K::RADIX_FILTER, pass, params)?;
         }
-        if plan.sort_output {
-            // Ties with each other come out in index order (equal keys share every level),
-            // and the sort is stable: ties stay lowest index first.
-            self.launch_sort_pairs(
-                Pairs::<K>::at(keys_out, indices_out),
-                Pairs::at(at(layout.staging_keys[1]), at(layout.staging_indices[1])),
-                Pairs::at(out.values.global_ptr().address(), out.indices.global_ptr().address()),
-                k as u64,
-                order,
-            )?;
-        }
-        Ok(())
+        self.sort_staged(&layout.staging, workspace_base, out, k, order)
     }
 }
 

@@ -3,13 +3,12 @@
 
 use gpu_select_kernels::select::sample::flags;
 
-use super::{TopK, WorkspaceCarver};
+use super::{OutputStaging, TopK, WorkspaceCarver};
 use crate::buffer::DeviceBuffer;
 use crate::error::Result;
 use crate::gpu::Gpu;
 use crate::select::{SamplePlan, SampleWorkspace};
-use crate::sort::Pairs;
-use crate::{MAX_SMALL_SORT_LEN, Order, SelectKey};
+use crate::{Order, SelectKey};
 
 /// The shape of a SampleSelect top-k.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -20,11 +19,10 @@ pub(super) struct SampleTopKPlan {
 }
 
 /// Where the SampleSelect top-k keeps its state: the selection's regions, then the
-/// unsorted selection and the sort's scratch when the output is sorted.
+/// output staging.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct SampleTopKWorkspace {
-    staging_keys: [usize; 2],
-    staging_indices: [usize; 2],
+    staging: OutputStaging,
     pub(super) bytes: usize,
 }
 
@@ -32,17 +30,14 @@ impl SampleTopKWorkspace {
     pub(super) fn new(plan: &SampleTopKPlan, n: usize, k: usize, key_bytes: usize) -> Self {
         let mut carver = WorkspaceCarver::default();
         SampleWorkspace::carve(&plan.select, n, key_bytes, &mut carver);
-        let staged = if plan.sort_output { k } else { 0 };
-        let scratch = if staged > MAX_SMALL_SORT_LEN { k } else { 0 };
-        let staging_keys = [carver.region(staged * key_bytes), carver.region(scratch * key_bytes)];
-        let staging_indices = [carver.region(staged * 8), carver.region(scratch * 8)];
-        Self { staging_keys, staging_indices, bytes: carver.bytes() }
+        let staging = OutputStaging::carve(&mut carver, plan.sort_output, k, key_bytes);
+        Self { staging, bytes: carver.bytes() }
     }
 }
 
 impl Gpu {
-    /// The SampleSelect top-k: the selection with [`flags::EMIT`], then a stable sort of the
-    /// `k` outputs when asked for.
+    /// The SampleSelect top-k: the selection with [`flags::EMIT`], then the sort of the `k`
+    /// outputs when asked for.
     pub(super) fn run_sample_top_k<K: SelectKey>(
         &self,
         data: &DeviceBuffer<K>,
@@ -54,12 +49,7 @@ impl Gpu {
     ) -> Result<()> {
         debug_assert!(plan.select.has_flag(flags::EMIT));
         let layout = SampleTopKWorkspace::new(plan, data.len(), k, size_of::<K>());
-        let at = |offset: usize| workspace_base + offset as u64;
-        let (keys_out, indices_out) = if plan.sort_output {
-            (at(layout.staging_keys[0]), at(layout.staging_indices[0]))
-        } else {
-            (out.values.global_ptr().address(), out.indices.global_ptr().address())
-        };
+        let (keys_out, indices_out) = layout.staging.targets(workspace_base, out);
         self.run_sample_select(
             data,
             k as u64,
@@ -68,17 +58,6 @@ impl Gpu {
             workspace_base,
             Some((keys_out, indices_out)),
         )?;
-        if plan.sort_output {
-            // Equal keys always fall in one bucket, so they come out together in index
-            // order, and the sort is stable: ties stay lowest index first.
-            self.launch_sort_pairs(
-                Pairs::<K>::at(keys_out, indices_out),
-                Pairs::at(at(layout.staging_keys[1]), at(layout.staging_indices[1])),
-                Pairs::at(out.values.global_ptr().address(), out.indices.global_ptr().address()),
-                k as u64,
-                order,
-            )?;
-        }
-        Ok(())
+        self.sort_staged(&layout.staging, workspace_base, out, k, order)
     }
 }
