@@ -87,7 +87,10 @@ pub fn build_ptx(workspace: &Path, out_dir: &Path) -> Result<Vec<PathBuf>, Strin
             .args(["--", "-C", &format!("target-cpu={}", flavour.arch)])
             // The bitcode linker cannot be installed here; `--emit asm` leaves the PTX,
             // and `/bin/true` stands in for the link step.
-            .args(["--emit", "asm", "-C", "linker=/bin/true"]);
+            .args(["--emit", "asm", "-C", "linker=/bin/true"])
+            // Queue merges of up to 64 registers per lane must unroll fully, or their
+            // register arrays go to local memory (tests/ptx_checks.rs).
+            .args(["-C", "llvm-args=-unroll-threshold=4000"]);
         for name in ENV_TO_CLEAR {
             command.env_remove(name);
         }

@@ -48,6 +48,7 @@ fn every_table_kernel_is_exported_with_the_host_parameter_size() {
     use gpu_select_kernels::select::sample::SampleParams;
     use gpu_select_kernels::topk::bitonic::TopKParams;
     use gpu_select_kernels::topk::radix::RadixParams;
+    use gpu_select_kernels::topk::rows::RowsParams;
     for (arch, ptx) in [("sm_80", PTX_SM80), ("sm_90", PTX_SM90)] {
         assert!(ptx.contains(&format!(".target {arch}")), "{arch} PTX targets another architecture");
         for name in all_kernel_names() {
@@ -58,6 +59,7 @@ fn every_table_kernel_is_exported_with_the_host_parameter_size() {
                 _ if name.starts_with("radix_") => size_of::<RadixParams<f32>>(),
                 _ if name.starts_with("sample_select_") => size_of::<SampleParams<f32>>(),
                 _ if name.starts_with("merge_runs_") => size_of::<MergeParams<f32>>(),
+                _ if name.starts_with("top_k_rows_") => size_of::<RowsParams<f32>>(),
                 _ if name.starts_with("probe_") => size_of::<ProbeParams>(),
                 "read_floor_u32" => size_of::<ReadFloorParams>(),
                 _ => panic!("{name}: add its parameter struct to this test"),
@@ -101,6 +103,14 @@ fn the_intended_instructions_are_emitted() {
     assert!(read.contains("ld.global.v4") || read.contains("ld.v4"), "the read pass uses 16-byte loads");
 }
 
+/// The kernels allowed to use local memory: batched top-k queues of more than 1024 keys
+/// (`q64`, 2048 pairs per warp: 192 registers per lane for 32-bit keys before any
+/// temporaries). Everything else, every queue of k ≤ 1024 for every key width included
+/// (64-bit keys at k = 1024: 216 registers on sm_80), must stay in registers.
+fn may_use_local_memory(kernel: &str) -> bool {
+    kernel.starts_with("top_k_rows_q64_")
+}
+
 #[test]
 fn ptxas_assembles_both_flavours_without_spills() {
     let ptxas = build_ptx::find_ptxas().expect(
@@ -128,6 +138,10 @@ fn ptxas_assembles_both_flavours_without_spills() {
             let at =
                 kernel.find(&properties).unwrap_or_else(|| panic!("{arch} {name}: no properties:\n{kernel}"));
             let line = kernel[at + properties.len()..].lines().next().unwrap_or_default().trim();
+            if may_use_local_memory(name) {
+                kernels += 1;
+                continue;
+            }
             assert_eq!(
                 line, "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads",
                 "{arch} {name} uses local memory:\n{kernel}"

@@ -19,6 +19,10 @@ use crate::topk::bitonic::{TopKParams, reduce_q1, reduce_q2, reduce_q4, reduce_q
 use crate::topk::radix::{
     RadixParams, choose as radix_choose_body, count as radix_count_body, filter as radix_filter_body,
 };
+use crate::topk::rows::{
+    RowsParams, select_rows_q1, select_rows_q2, select_rows_q4, select_rows_q8, select_rows_q16,
+    select_rows_q32, select_rows_q64,
+};
 
 /// A kernel the host can launch: the PTX symbol and the body the emulator runs.
 pub struct KernelId<P> {
@@ -71,6 +75,20 @@ pub trait KernelKey: Key {
     const SAMPLE_SELECT_GATHER: KernelId<SampleParams<Self>>;
     /// SampleSelect, approximate: the splitter nearest to the wanted rank.
     const SAMPLE_SELECT_NEAREST: KernelId<SampleParams<Self>>;
+    /// Batched top-k (BlockSelect), k ≤ 32.
+    const ROWS_Q1: KernelId<RowsParams<Self>>;
+    /// Batched top-k (BlockSelect), k ≤ 64.
+    const ROWS_Q2: KernelId<RowsParams<Self>>;
+    /// Batched top-k (BlockSelect), k ≤ 128.
+    const ROWS_Q4: KernelId<RowsParams<Self>>;
+    /// Batched top-k (BlockSelect), k ≤ 256.
+    const ROWS_Q8: KernelId<RowsParams<Self>>;
+    /// Batched top-k (BlockSelect), k ≤ 512.
+    const ROWS_Q16: KernelId<RowsParams<Self>>;
+    /// Batched top-k (BlockSelect), k ≤ 1024.
+    const ROWS_Q32: KernelId<RowsParams<Self>>;
+    /// Batched top-k (BlockSelect), k ≤ 2048.
+    const ROWS_Q64: KernelId<RowsParams<Self>>;
     /// Merge of neighbouring sorted runs (merge path).
     const MERGE_RUNS: KernelId<MergeParams<Self>>;
     /// Every kernel name of this key type, as in the PTX.
@@ -85,6 +103,13 @@ crate::__kernel_table! {
         TOPK_BITONIC_Q2 = topk_bitonic_q2(TopKParams) => reduce_q2;
         TOPK_BITONIC_Q4 = topk_bitonic_q4(TopKParams) => reduce_q4;
         TOPK_BITONIC_Q8 = topk_bitonic_q8(TopKParams) => reduce_q8;
+        ROWS_Q1 = top_k_rows_q1(RowsParams) => select_rows_q1;
+        ROWS_Q2 = top_k_rows_q2(RowsParams) => select_rows_q2;
+        ROWS_Q4 = top_k_rows_q4(RowsParams) => select_rows_q4;
+        ROWS_Q8 = top_k_rows_q8(RowsParams) => select_rows_q8;
+        ROWS_Q16 = top_k_rows_q16(RowsParams) => select_rows_q16;
+        ROWS_Q32 = top_k_rows_q32(RowsParams) => select_rows_q32;
+        ROWS_Q64 = top_k_rows_q64(RowsParams) => select_rows_q64;
         RADIX_COUNT = radix_count(RadixParams) => radix_count_body;
         RADIX_CHOOSE = radix_choose(RadixParams) => radix_choose_body;
         RADIX_FILTER = radix_filter(RadixParams) => radix_filter_body;

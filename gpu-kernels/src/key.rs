@@ -110,6 +110,12 @@ pub trait Key: Copy + PartialOrd + Default + Send + Sync + core::fmt::Debug + 's
     type Bits: OrderedBits;
     /// The name used in kernel symbols (`block_sort_f32`).
     const NAME: &'static str;
+    /// The lowest key that is not NaN: `-inf` for floats, `MIN` for integers. Pads results
+    /// that hold fewer keys than asked for, when the largest keys were asked for.
+    const LOWEST: Self;
+    /// The highest key that is not NaN: `+inf` for floats, `MAX` for integers. Pads results
+    /// that hold fewer keys than asked for, when the smallest keys were asked for.
+    const HIGHEST: Self;
     /// Order-preserving encoding (see the module docs for floats).
     fn to_ordered(self) -> Self::Bits;
     /// Inverse of [`Key::to_ordered`]; every NaN comes back as the canonical quiet NaN.
@@ -121,6 +127,8 @@ macro_rules! float_key {
         impl Key for $float {
             type Bits = $bits;
             const NAME: &'static str = $name;
+            const LOWEST: Self = <$float>::NEG_INFINITY;
+            const HIGHEST: Self = <$float>::INFINITY;
             #[inline(always)]
             fn to_ordered(self) -> $bits {
                 const SIGN: $bits = 1 << (<$bits>::BITS - 1);
@@ -142,6 +150,8 @@ macro_rules! signed_key {
         impl Key for $int {
             type Bits = $bits;
             const NAME: &'static str = $name;
+            const LOWEST: Self = <$int>::MIN;
+            const HIGHEST: Self = <$int>::MAX;
             #[inline(always)]
             fn to_ordered(self) -> $bits {
                 (self as $bits) ^ (1 << (<$bits>::BITS - 1))
@@ -159,6 +169,8 @@ macro_rules! unsigned_key {
         impl Key for $int {
             type Bits = $int;
             const NAME: &'static str = $name;
+            const LOWEST: Self = <$int>::MIN;
+            const HIGHEST: Self = <$int>::MAX;
             #[inline(always)]
             fn to_ordered(self) -> $int {
                 self

@@ -86,20 +86,28 @@ pub unsafe fn merge_runs<K: Key>(params: MergeParams<K>) {
     let (mut key_a, mut key_b) = (next_a(a), next_b(b));
     let end = (first_out + MERGE_ITEMS).min(a_start + a_len + b_len);
     for out in first_out..end {
-        let take_a = match (key_a, key_b) {
-            (Some(x), Some(y)) => rank(x) <= rank(y),
-            (x, _) => x.is_some(),
+        // `out < end` leaves a key in at least one run; the `None, None` arm only spares
+        // the kernel a panic call (whose call frame ptxas counts as stack).
+        let (key, take_a) = match (key_a, key_b) {
+            (Some(x), Some(y)) => {
+                if rank(x) <= rank(y) {
+                    (x, true)
+                } else {
+                    (y, false)
+                }
+            }
+            (Some(x), None) => (x, true),
+            (None, Some(y)) => (y, false),
+            (None, None) => break,
         };
-        let (key, from) = if take_a {
-            let key = key_a.expect("A has a key left");
+        let from = if take_a {
             a += 1;
             key_a = next_a(a);
-            (key, a_start + a - 1)
+            a_start + a - 1
         } else {
-            let key = key_b.expect("B has a key left");
             b += 1;
             key_b = next_b(b);
-            (key, b_start + b - 1)
+            b_start + b - 1
         };
         unsafe {
             params.keys_out.write(out, key);

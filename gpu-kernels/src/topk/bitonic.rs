@@ -176,6 +176,9 @@ fn encode_tile<K: Key>(
 /// # Safety
 /// [`TOPK_THREADS`] threads, [`TopKLayout::bytes`] of shared memory, `len < 2^32`,
 /// `1 ≤ k ≤ 32·Q`, outputs of `grid.x · k`.
+// Always inlined into its entry point: left to the inliner (with the unroll threshold of
+// host/build_ptx.rs) the 64-bit Q8 body became a call taking its parameters through local memory.
+#[inline(always)]
 pub unsafe fn reduce<K: Key, const Q: usize>(params: TopKParams<K>) {
     let largest = Order::from_raw(params.order) == Order::Largest;
     let warp = device::warp_id() as usize;

@@ -2,3 +2,4 @@
 
 pub mod bitonic;
 pub mod radix;
+pub mod rows;

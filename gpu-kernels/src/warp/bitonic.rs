@@ -51,16 +51,29 @@ impl<B: OrderedBits, const R: usize> WarpPairs<B, R> {
     }
 }
 
-/// Shuffles ordered bits of either width (two shuffles for 64-bit keys).
+/// Butterfly shuffle of ordered bits of either width (two shuffles for 64-bit keys).
 ///
 /// # Safety
 /// All 32 lanes call it together.
 #[inline(always)]
-unsafe fn shfl_xor_bits<B: OrderedBits>(value: B, lane_mask: u32) -> B {
+pub(crate) unsafe fn shfl_xor_bits<B: OrderedBits>(value: B, lane_mask: u32) -> B {
     if B::BITS == 32 {
-        B::from_u64(unsafe { device::shfl_xor_u32(FULL_WARP, value.to_u64() as u32, lane_mask) } as u64)
+        B::from_u64(unsafe { device::shfl_xor_u32(FULL_WARP, value.low_u32(), lane_mask) } as u64)
     } else {
         B::from_u64(unsafe { device::shfl_xor_u64(FULL_WARP, value.to_u64(), lane_mask) })
+    }
+}
+
+/// Indexed shuffle of ordered bits of either width: the value of lane `lane`.
+///
+/// # Safety
+/// All 32 lanes call it together.
+#[inline(always)]
+pub(crate) unsafe fn shfl_idx_bits<B: OrderedBits>(value: B, lane: u32) -> B {
+    if B::BITS == 32 {
+        B::from_u64(unsafe { device::shfl_idx_u32(FULL_WARP, value.low_u32(), lane) } as u64)
+    } else {
+        B::from_u64(unsafe { device::shfl_idx_u64(FULL_WARP, value.to_u64(), lane) })
     }
 }
 
@@ -128,7 +141,7 @@ unsafe fn stage_across_lanes<B: OrderedBits, const R: usize>(
 /// directions; `run_len` is the length of the runs being sorted (see the module docs).
 ///
 /// # Safety
-/// All 32 lanes call it together with the same arguments; `first_stride < 32·R`.
+/// All 32 lanes call it together with the same arguments; `first_stride < 32·R`, `R ≤ 64`.
 #[inline(always)]
 pub unsafe fn merge_stages<B: OrderedBits, const R: usize>(
     pairs: &mut WarpPairs<B, R>,
@@ -145,7 +158,8 @@ pub unsafe fn merge_stages<B: OrderedBits, const R: usize>(
             4 => stage_in_registers::<B, R, 4>(pairs, base, size, run_len),
             8 => stage_in_registers::<B, R, 8>(pairs, base, size, run_len),
             16 => stage_in_registers::<B, R, 16>(pairs, base, size, run_len),
-            _ => {}
+            32 => stage_in_registers::<B, R, 32>(pairs, base, size, run_len),
+            _ => unreachable!("register strides go up to 32 (R ≤ 64)"),
         }
         stride /= 2;
     }
@@ -163,7 +177,7 @@ pub unsafe fn merge_stages<B: OrderedBits, const R: usize>(
 /// merges in shared memory.
 ///
 /// # Safety
-/// All 32 lanes call it together with the same arguments; `R ≤ 16`, `run_len` a power of
+/// All 32 lanes call it together with the same arguments; `R ≤ 64`, `run_len` a power of
 /// two ≥ 2.
 #[inline(always)]
 pub unsafe fn sort_runs<B: OrderedBits, const R: usize>(

@@ -2,9 +2,11 @@
 //!
 //! * reductions and scans, 32- and 64-bit (this file);
 //! * [`bitonic`]: bitonic sorting and merging networks over `32·R` key + position pairs held
-//!   in registers.
+//!   in registers;
+//! * [`select`]: WarpSelect, a warp's queue of its `k` smallest pairs (Faiss).
 
 pub mod bitonic;
+pub mod select;
 
 use crate::device::{self, shfl_xor_u32};
 
