@@ -42,6 +42,9 @@ enum Storage {
     Device(u64),
     /// 16-byte aligned host memory standing in for device memory.
     Host(Vec<u128>),
+    /// Part of another buffer (a device or emulator address), not freed on drop: see
+    /// [`DeviceBuffer::view`].
+    Borrowed(u64),
 }
 
 impl<T: DeviceValue> DeviceBuffer<T> {
@@ -70,7 +73,16 @@ impl<T: DeviceValue> DeviceBuffer<T> {
         GlobalPtr::from_address(match &self.storage {
             Storage::Device(address) => *address,
             Storage::Host(words) => words.as_ptr() as u64,
+            Storage::Borrowed(address) => *address,
         })
+    }
+
+    /// Values `start .. start + len` of this buffer as a buffer of their own, which frees
+    /// nothing on drop. Crate-internal: the caller drops the view before the buffer.
+    pub(crate) fn view(&self, start: usize, len: usize) -> DeviceBuffer<T> {
+        assert!(start + len <= self.len, "view {start}..{} of a buffer of {}", start + len, self.len);
+        let address = self.global_ptr().offset(start as u64).address();
+        DeviceBuffer { gpu: self.gpu.clone(), storage: Storage::Borrowed(address), len, element: PhantomData }
     }
 
     /// Checks that the buffer belongs to `gpu`.
@@ -181,6 +193,16 @@ impl Gpu {
                     bytes,
                 );
             },
+            (Storage::Borrowed(address), _) => {
+                let (address, source) = (*address, values.as_ptr().cast::<u8>());
+                self.synchronize()?;
+                self.raw_memory_op(
+                    bytes,
+                    "copying to the device",
+                    || unsafe { cust::sys::cuMemcpyHtoD_v2(address, source.cast(), bytes) },
+                    || unsafe { std::ptr::copy_nonoverlapping(source, address as usize as *mut u8, bytes) },
+                )?;
+            }
             (Storage::Device(_), Backend::Emulator(_)) => unreachable!("checked by check_gpu"),
         }
         Ok(())

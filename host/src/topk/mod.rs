@@ -3,6 +3,7 @@
 mod bitonic;
 mod cost;
 mod radix;
+mod rows;
 mod sample;
 
 use gpu_select_kernels::params::GlobalPtr;
@@ -10,6 +11,7 @@ use gpu_select_kernels::topk::bitonic::MAX_BITONIC_K;
 
 use self::bitonic::{BitonicPlan, BitonicWorkspace};
 use self::radix::{RadixPlan, RadixWorkspace};
+pub use self::rows::PADDING_INDEX;
 use self::sample::{SampleTopKPlan, SampleTopKWorkspace};
 
 use crate::buffer::DeviceBuffer;

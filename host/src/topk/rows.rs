@@ -1,0 +1,485 @@
+//! Batched top-k: the `k` best of every row of a matrix, or of rows of varying length.
+//!
+//! `k ≤ 2048`: BlockSelect ([`gpu_select_kernels::topk::rows`]), one block per row, or
+//! several blocks per row and a merge pass when the rows are too few to fill the GPU.
+//! Larger `k`: each row goes through [`Gpu::top_k_into`] (radix select or SampleSelect, no
+//! `k` limit), so no caller meets a queue ceiling.
+
+use gpu_select_kernels::entry::KernelId;
+use gpu_select_kernels::params::GlobalPtr;
+use gpu_select_kernels::topk::rows::{NO_INDEX, ROWS_THREADS, RowsLayout, RowsParams};
+use gpu_select_kernels::warp::select::{MAX_QUEUE_K, queue_registers};
+
+use super::{TopK, TopKOptions};
+use crate::buffer::DeviceBuffer;
+use crate::error::{Error, Result};
+use crate::gpu::{Gpu, LaunchShape};
+use crate::{Order, SelectKey};
+
+/// The index of a padding slot in the result of [`Gpu::top_k_rows_ragged`]: a row shorter
+/// than `k` fills its slots past its length with this index and the worst non-NaN key of
+/// the order (`+inf` / `MAX` for the smallest keys, `-inf` / `MIN` for the largest).
+pub const PADDING_INDEX: u64 = NO_INDEX;
+
+/// Blocks per multiprocessor the split of long rows aims for.
+const TARGET_BLOCKS_PER_SM: u32 = 8;
+/// A block's part of a split row holds at least this many keys (and 4 queues' worth), so
+/// that the merge pass stays small next to the first.
+const MIN_PART_LEN: u64 = 4096;
+/// The most blocks one row is split over.
+const MAX_BLOCKS_PER_ROW: u64 = 256;
+
+/// The rows of a batched top-k, as the kernel sees them.
+#[derive(Clone, Copy, Debug)]
+struct Rows {
+    count: u64,
+    /// Keys per row (dense), or null offsets.
+    cols: u64,
+    offsets: GlobalPtr<u64>,
+    /// The mean row length: sizes the split of long rows.
+    mean_len: u64,
+}
+
+impl Gpu {
+    /// The `k` largest (or smallest) keys of every row of a row-major `rows × cols` matrix
+    /// and their columns: `rows · k` values and indices, row after row, each row's best
+    /// first. Order, NaN and tie policies as [`Gpu::top_k`] (NaN above +inf; equal keys by
+    /// lower column first).
+    ///
+    /// Errors: [`Error::EmptyInput`] for no rows or no columns; [`Error::InvalidArgument`]
+    /// for `k = 0` or `k > cols`; [`Error::LengthMismatch`] when `data` is not
+    /// `rows · cols` keys.
+    ///
+    /// ```
+    /// use gpu_select::{Gpu, Order};
+    ///
+    /// let gpu = Gpu::emulator();
+    /// let matrix = gpu.upload(&[3.0f32, 9.0, 1.0, 7.0, /* row 1: */ 5.0, 5.0, 8.0, -2.0])?;
+    /// let top = gpu.top_k_rows(&matrix, 2, 4, 2, Order::Largest)?;
+    /// assert_eq!(gpu.download(&top.values)?, [9.0, 7.0, 8.0, 5.0]);
+    /// assert_eq!(gpu.download(&top.indices)?, [1, 3, 2, 0]);
+    /// # Ok::<(), gpu_select::Error>(())
+    /// ```
+    pub fn top_k_rows<K: SelectKey>(
+        &self,
+        data: &DeviceBuffer<K>,
+        rows: usize,
+        cols: usize,
+        k: usize,
+        order: Order,
+    ) -> Result<TopK<K>> {
+        let bytes = self.top_k_rows_workspace_bytes::<K>(rows, cols, k, order)?;
+        let mut workspace = self.alloc_zeroed::<u8>(bytes)?;
+        let total = rows * k; // checked by the workspace query
+        let mut out =
+            TopK { values: self.alloc_zeroed::<K>(total)?, indices: self.alloc_zeroed::<u64>(total)? };
+        self.top_k_rows_into(data, rows, cols, k, order, &mut workspace, &mut out)?;
+        if bytes > 0 {
+            // The workspace is freed on drop; wait for the kernels that use it.
+            self.synchronize()?;
+        }
+        Ok(out)
+    }
+
+    /// Bytes of workspace [`Gpu::top_k_rows_into`] needs (checks the arguments as the run
+    /// does): none when each row is one block's work, the candidates of the first pass when
+    /// long rows are split, one top-k's workspace for `k` beyond the queues.
+    pub fn top_k_rows_workspace_bytes<K: SelectKey>(
+        &self,
+        rows: usize,
+        cols: usize,
+        k: usize,
+        order: Order,
+    ) -> Result<usize> {
+        let shape = dense_shape(rows, cols, k)?;
+        if k <= MAX_QUEUE_K as usize {
+            let parts = blocks_per_row(shape, k as u32, self.limits().multiprocessors);
+            Ok(if parts == 1 { 0 } else { candidates_bytes::<K>(rows as u64 * parts * k as u64) })
+        } else {
+            self.top_k_workspace_bytes::<K>(cols, k, &TopKOptions::new(order))
+        }
+    }
+
+    /// [`Gpu::top_k_rows`] into caller-provided outputs (`out.values` and `out.indices` of
+    /// `rows · k`), with a caller-provided workspace of at least
+    /// [`Gpu::top_k_rows_workspace_bytes`]: no allocation, no wait. Queues the work; a
+    /// download of `out` waits for it.
+    ///
+    /// ```
+    /// use gpu_select::{Gpu, Order, TopK};
+    ///
+    /// let gpu = Gpu::emulator();
+    /// let (rows, cols, k) = (3, 1000, 10);
+    /// let keys: Vec<u32> = (0..rows * cols).map(|i| (i as u32).wrapping_mul(2_654_435_761)).collect();
+    /// let matrix = gpu.upload(&keys)?;
+    /// let mut workspace = gpu.alloc_zeroed::<u8>(gpu.top_k_rows_workspace_bytes::<u32>(rows, cols, k, Order::Smallest)?)?;
+    /// let mut out = TopK { values: gpu.alloc_zeroed::<u32>(rows * k)?, indices: gpu.alloc_zeroed::<u64>(rows * k)? };
+    /// // Reused call after call, as a loop over batches would.
+    /// gpu.top_k_rows_into(&matrix, rows, cols, k, Order::Smallest, &mut workspace, &mut out)?;
+    /// let mut expected = keys[..cols].to_vec();
+    /// expected.sort();
+    /// assert_eq!(gpu.download(&out.values)?[..k], expected[..k]);
+    /// # Ok::<(), gpu_select::Error>(())
+    /// ```
+    #[allow(clippy::too_many_arguments)]
+    pub fn top_k_rows_into<K: SelectKey>(
+        &self,
+        data: &DeviceBuffer<K>,
+        rows: usize,
+        cols: usize,
+        k: usize,
+        order: Order,
+        workspace: &mut DeviceBuffer<u8>,
+        out: &mut TopK<K>,
+    ) -> Result<()> {
+        data.check_gpu(self, "the data")?;
+        workspace.check_gpu(self, "the workspace")?;
+        out.values.check_gpu(self, "the output values")?;
+        out.indices.check_gpu(self, "the output indices")?;
+        let shape = dense_shape(rows, cols, k)?;
+        let expected = rows * cols; // checked by dense_shape
+        if data.len() != expected {
+            return Err(Error::LengthMismatch {
+                what: "matrix keys (rows · cols)",
+                expected,
+                actual: data.len(),
+            });
+        }
+        for (what, len) in
+            [("row top-k output values", out.values.len()), ("row top-k output indices", out.indices.len())]
+        {
+            if len != rows * k {
+                return Err(Error::LengthMismatch { what, expected: rows * k, actual: len });
+            }
+        }
+        let needed = self.top_k_rows_workspace_bytes::<K>(rows, cols, k, order)?;
+        if workspace.len() < needed {
+            return Err(Error::LengthMismatch {
+                what: "row top-k workspace bytes (at least)",
+                expected: needed,
+                actual: workspace.len(),
+            });
+        }
+        let row_lens = |_row: usize| cols;
+        self.select_rows(data, shape, k, order, &row_lens, |row| (row * cols) as u64, workspace, out)
+    }
+
+    /// [`Gpu::top_k_rows`] for rows of varying length, given by `offsets` as in CSR: row
+    /// `r` is `data[offsets[r] .. offsets[r + 1]]`, so `offsets` has `rows + 1` entries.
+    /// Rows shorter than `k` (empty ones too) return what they have, then padding:
+    /// [`PADDING_INDEX`] and the worst non-NaN key of the order.
+    ///
+    /// Errors: [`Error::EmptyInput`] for no rows (fewer than two offsets);
+    /// [`Error::InvalidArgument`] for `k = 0` or offsets that decrease or pass the end of
+    /// `data`. The offsets are read back to check them.
+    ///
+    /// ```
+    /// use gpu_select::{Gpu, Order, PADDING_INDEX};
+    ///
+    /// let gpu = Gpu::emulator();
+    /// let data = gpu.upload(&[4u32, 1, 3, /* row 1 is empty */ /* row 2: */ 2])?;
+    /// let offsets = gpu.upload(&[0u64, 3, 3, 4])?;
+    /// let top = gpu.top_k_rows_ragged(&data, &offsets, 2, Order::Smallest)?;
+    /// assert_eq!(gpu.download(&top.values)?, [1, 3, u32::MAX, u32::MAX, 2, u32::MAX]);
+    /// assert_eq!(gpu.download(&top.indices)?, [1, 2, PADDING_INDEX, PADDING_INDEX, 0, PADDING_INDEX]);
+    /// # Ok::<(), gpu_select::Error>(())
+    /// ```
+    pub fn top_k_rows_ragged<K: SelectKey>(
+        &self,
+        data: &DeviceBuffer<K>,
+        offsets: &DeviceBuffer<u64>,
+        k: usize,
+        order: Order,
+    ) -> Result<TopK<K>> {
+        data.check_gpu(self, "the data")?;
+        offsets.check_gpu(self, "the row offsets")?;
+        if offsets.len() < 2 {
+            return Err(Error::EmptyInput);
+        }
+        check_k(k)?;
+        let host_offsets = self.download(offsets)?;
+        for (row, pair) in host_offsets.windows(2).enumerate() {
+            if pair[1] < pair[0] {
+                return Err(Error::invalid(format!(
+                    "row offsets decrease at row {row}: {} then {}",
+                    pair[0], pair[1]
+                )));
+            }
+            check_row_len(pair[1] - pair[0])?;
+        }
+        let last = *host_offsets.last().unwrap();
+        if last > data.len() as u64 {
+            return Err(Error::invalid(format!(
+                "the last row ends at {last}, past the data ({} keys)",
+                data.len()
+            )));
+        }
+        let rows = host_offsets.len() - 1;
+        let shape = Rows {
+            count: rows as u64,
+            cols: 0,
+            offsets: offsets.global_ptr(),
+            mean_len: (last - host_offsets[0]) / rows as u64,
+        };
+        let row_lens = |row: usize| (host_offsets[row + 1] - host_offsets[row]) as usize;
+        let total = rows
+            .checked_mul(k)
+            .ok_or_else(|| Error::invalid(format!("{rows} rows × k = {k} overflow usize")))?;
+        let bytes = if k <= MAX_QUEUE_K as usize {
+            let parts = blocks_per_row(shape, k as u32, self.limits().multiprocessors);
+            if parts == 1 { 0 } else { candidates_bytes::<K>(rows as u64 * parts * k as u64) }
+        } else {
+            let options = TopKOptions::new(order);
+            (0..rows)
+                .map(row_lens)
+                .filter(|&len| len > 0)
+                .map(|len| self.top_k_workspace_bytes::<K>(len, k.min(len), &options))
+                .try_fold(0, |most: usize, bytes| bytes.map(|bytes| most.max(bytes)))?
+        };
+        let mut workspace = self.alloc_zeroed::<u8>(bytes)?;
+        let mut out =
+            TopK { values: self.alloc_zeroed::<K>(total)?, indices: self.alloc_zeroed::<u64>(total)? };
+        self.select_rows(
+            data,
+            shape,
+            k,
+            order,
+            &row_lens,
+            |row| host_offsets[row],
+            &mut workspace,
+            &mut out,
+        )?;
+        // The workspace (and the padding of long k) is freed on drop; wait for its readers.
+        self.synchronize()?;
+        Ok(out)
+    }
+
+    /// [`Gpu::top_k_rows`] of a host matrix (`data.len() / cols` rows): uploads it, runs,
+    /// downloads the values and indices.
+    pub fn top_k_rows_host<K: SelectKey>(
+        &self,
+        data: &[K],
+        cols: usize,
+        k: usize,
+        order: Order,
+    ) -> Result<(Vec<K>, Vec<u64>)> {
+        if cols == 0 || !data.len().is_multiple_of(cols) {
+            return Err(Error::invalid(format!("{} keys do not make rows of {cols}", data.len())));
+        }
+        let top = self.top_k_rows(&self.upload(data)?, data.len() / cols, cols, k, order)?;
+        Ok((self.download(&top.values)?, self.download(&top.indices)?))
+    }
+
+    /// The dispatch: BlockSelect for `k ≤ MAX_QUEUE_K`, else one top-k per row; `workspace`
+    /// sized by the caller for the path taken.
+    #[allow(clippy::too_many_arguments)]
+    fn select_rows<K: SelectKey>(
+        &self,
+        data: &DeviceBuffer<K>,
+        rows: Rows,
+        k: usize,
+        order: Order,
+        row_len: &dyn Fn(usize) -> usize,
+        row_start: impl Fn(usize) -> u64,
+        workspace: &mut DeviceBuffer<u8>,
+        out: &mut TopK<K>,
+    ) -> Result<()> {
+        if k <= MAX_QUEUE_K as usize {
+            self.block_select_rows(data, rows, k as u32, order, workspace, out)
+        } else {
+            self.top_k_each_row(data, rows.count as usize, k, order, row_len, row_start, workspace, out)
+        }
+    }
+
+    /// BlockSelect over every row, split over several blocks (and merged) when the rows are
+    /// too few to fill the GPU; the split's candidates go to `workspace`.
+    fn block_select_rows<K: SelectKey>(
+        &self,
+        data: &DeviceBuffer<K>,
+        rows: Rows,
+        k: u32,
+        order: Order,
+        workspace: &mut DeviceBuffer<u8>,
+        out: &mut TopK<K>,
+    ) -> Result<()> {
+        let parts = blocks_per_row(rows, k, self.limits().multiprocessors);
+        let (kernel, shared_bytes) = rows_kernel::<K>(k);
+        let launch = |params: RowsParams<K>, blocks: u64| {
+            if blocks > i32::MAX as u64 {
+                return Err(Error::invalid(format!("{blocks} blocks: too many rows for one launch")));
+            }
+            let shape = LaunchShape { grid: (blocks as u32, 1), block_threads: ROWS_THREADS, shared_bytes };
+            self.launch(kernel, shape, params)
+        };
+        let params = RowsParams {
+            keys_in: data.global_ptr(),
+            indices_in: GlobalPtr::null(),
+            row_offsets: rows.offsets,
+            keys_out: out.values.global_ptr(),
+            indices_out: out.indices.global_ptr(),
+            rows: rows.count,
+            cols: rows.cols,
+            row_stride: rows.cols,
+            k,
+            order: order.to_raw(),
+            blocks_per_row: 1,
+            reserved: 0,
+        };
+        if parts == 1 {
+            return launch(params, rows.count);
+        }
+        // Two passes: each part's k best into the workspace (indices first, 8-byte aligned,
+        // then keys), then each row's k best of its parts' candidates (dense rows of
+        // parts · k, indices carried along).
+        let candidates_per_row = parts * k as u64;
+        let candidates = rows.count * candidates_per_row;
+        debug_assert!(workspace.len() >= candidates_bytes::<K>(candidates));
+        let indices = GlobalPtr::<u64>::from_address(workspace.global_ptr().address());
+        let keys = GlobalPtr::<K>::from_address(indices.offset(candidates).address());
+        let first =
+            RowsParams { keys_out: keys, indices_out: indices, blocks_per_row: parts as u32, ..params };
+        launch(first, rows.count * parts)?;
+        let merge = RowsParams {
+            keys_in: keys,
+            indices_in: indices,
+            row_offsets: GlobalPtr::null(),
+            cols: candidates_per_row,
+            row_stride: candidates_per_row,
+            ..params
+        };
+        launch(merge, rows.count)
+    }
+
+    /// `k` beyond the queues: a top-k per row (any `k`), padded where a row is shorter.
+    #[allow(clippy::too_many_arguments)]
+    fn top_k_each_row<K: SelectKey>(
+        &self,
+        data: &DeviceBuffer<K>,
+        rows: usize,
+        k: usize,
+        order: Order,
+        row_len: &dyn Fn(usize) -> usize,
+        row_start: impl Fn(usize) -> u64,
+        workspace: &mut DeviceBuffer<u8>,
+        out: &mut TopK<K>,
+    ) -> Result<()> {
+        let options = TopKOptions::new(order);
+        // Sources of the padding, only for ragged rows shorter than k (the caller waits
+        // for the copies before they are freed).
+        let padding = if (0..rows).any(|row| row_len(row) < k) {
+            let padding_key = if order == Order::Largest { K::LOWEST } else { K::HIGHEST };
+            Some((self.upload(&vec![padding_key; k])?, self.upload(&vec![PADDING_INDEX; k])?))
+        } else {
+            None
+        };
+        for row in 0..rows {
+            let (len, start) = (row_len(row), row_start(row) as usize);
+            let kept = k.min(len);
+            if kept > 0 {
+                let mut row_out =
+                    TopK { values: out.values.view(row * k, kept), indices: out.indices.view(row * k, kept) };
+                self.top_k_into(&data.view(start, len), kept, &options, workspace, &mut row_out)?;
+            }
+            if let (true, Some(padding)) = (kept < k, &padding) {
+                let missing = k - kept;
+                let at = (row * k + kept) as u64;
+                self.copy_on_device(
+                    padding.0.global_ptr().address(),
+                    out.values.global_ptr().offset(at).address(),
+                    missing * size_of::<K>(),
+                )?;
+                self.copy_on_device(
+                    padding.1.global_ptr().address(),
+                    out.indices.global_ptr().offset(at).address(),
+                    missing * 8,
+                )?;
+            }
+        }
+        if padding.is_some() {
+            // The padding sources are freed on return; wait for the copies that read them.
+            self.synchronize()?;
+        }
+        Ok(())
+    }
+}
+
+/// Checks a dense shape (as [`Gpu::top_k_rows`] documents) and describes it.
+fn dense_shape(rows: usize, cols: usize, k: usize) -> Result<Rows> {
+    if rows == 0 || cols == 0 {
+        return Err(Error::EmptyInput);
+    }
+    check_k(k)?;
+    if k > cols {
+        return Err(Error::invalid(format!("k = {k} is larger than a row ({cols} keys)")));
+    }
+    rows.checked_mul(cols).ok_or_else(|| Error::invalid(format!("{rows} × {cols} keys overflow usize")))?;
+    rows.checked_mul(k).ok_or_else(|| Error::invalid(format!("{rows} rows × k = {k} overflow usize")))?;
+    check_row_len(cols as u64)?;
+    Ok(Rows { count: rows as u64, cols: cols as u64, offsets: GlobalPtr::null(), mean_len: cols as u64 })
+}
+
+/// Workspace bytes for `candidates` keys and indices of a split row's first pass.
+fn candidates_bytes<K>(candidates: u64) -> usize {
+    candidates as usize * (size_of::<u64>() + size_of::<K>())
+}
+
+fn check_k(k: usize) -> Result<()> {
+    if k == 0 {
+        return Err(Error::invalid("k = 0: ask for at least one key per row"));
+    }
+    Ok(())
+}
+
+/// Positions in a row are 32-bit, `u32::MAX` reserved for padding.
+fn check_row_len(len: u64) -> Result<()> {
+    if len >= u32::MAX as u64 {
+        return Err(Error::invalid(format!("a row of {len} keys: rows take fewer than 2^32 − 1")));
+    }
+    Ok(())
+}
+
+/// Blocks per row: enough to give every multiprocessor [`TARGET_BLOCKS_PER_SM`] blocks
+/// when the rows alone do not, without parts shorter than [`MIN_PART_LEN`] or 4 queues.
+fn blocks_per_row(rows: Rows, k: u32, multiprocessors: u32) -> u64 {
+    let target = (multiprocessors * TARGET_BLOCKS_PER_SM) as u64;
+    if rows.count >= target {
+        return 1;
+    }
+    let queue = 32 * queue_registers(k) as u64;
+    let min_part = MIN_PART_LEN.max(4 * queue);
+    target.div_ceil(rows.count).min(rows.mean_len / min_part).clamp(1, MAX_BLOCKS_PER_ROW)
+}
+
+/// The kernel for `k` (its queue of `32·Q`) and its shared memory.
+fn rows_kernel<K: SelectKey>(k: u32) -> (KernelId<RowsParams<K>>, usize) {
+    let q = queue_registers(k);
+    let kernel = match q {
+        1 => K::ROWS_Q1,
+        2 => K::ROWS_Q2,
+        4 => K::ROWS_Q4,
+        8 => K::ROWS_Q8,
+        16 => K::ROWS_Q16,
+        32 => K::ROWS_Q32,
+        _ => K::ROWS_Q64,
+    };
+    (kernel, RowsLayout::<K::Bits>::new(q as usize).bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rows(count: u64, mean_len: u64) -> Rows {
+        Rows { count, cols: mean_len, offsets: GlobalPtr::null(), mean_len }
+    }
+
+    #[test]
+    fn long_rows_are_split_only_when_rows_are_few() {
+        assert_eq!(blocks_per_row(rows(10_000, 128_000), 100, 132), 1);
+        assert_eq!(blocks_per_row(rows(64, 131_072), 50, 132), 17);
+        assert_eq!(blocks_per_row(rows(64, 131_072), 1024, 132), 17);
+        assert_eq!(blocks_per_row(rows(1, 1 << 24), 8, 132), MAX_BLOCKS_PER_ROW);
+        assert_eq!(blocks_per_row(rows(4, 5000), 8, 132), 1, "parts would be too short");
+        assert_eq!(blocks_per_row(rows(4, 0), 8, 132), 1);
+    }
+}

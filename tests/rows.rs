@@ -1,0 +1,256 @@
+//! Batched top-k (`top_k_rows`, `top_k_rows_ragged`) against the CPU oracle row by row:
+//! every key type, both orders, rows of different distributions in one batch, every queue
+//! size, k beyond the queues, rows split over several blocks, ragged rows (empty and shorter
+//! than k), and bad input.
+
+mod common;
+
+use common::{DISTRIBUTIONS, TestKey, generate};
+use gpu_select::{Error, Gpu, Order, PADDING_INDEX, reference};
+
+/// The oracle's first `k` of `row`, as (exact bits, index), padded as the library pads.
+fn expected_row<K: TestKey>(row: &[K], k: usize, order: Order) -> Vec<(u64, u64)> {
+    let mut best: Vec<(u64, u64)> =
+        reference::sort_pairs(row, order).iter().take(k).map(|&(key, i)| (key.exact(), i)).collect();
+    let padding = if order == Order::Largest { K::LOWEST } else { K::HIGHEST };
+    best.resize(k, (padding.exact(), PADDING_INDEX));
+    best
+}
+
+/// A batch whose row `r` follows distribution `r mod 8` (each with its own seed).
+fn batch<K: TestKey>(rows: usize, cols: usize, seed: u64) -> Vec<K> {
+    (0..rows)
+        .flat_map(|r| generate::<K>(cols, DISTRIBUTIONS[r % DISTRIBUTIONS.len()], seed + r as u64))
+        .collect()
+}
+
+fn check_dense<K: TestKey>(gpu: &Gpu, rows: usize, cols: usize, k: usize, order: Order) {
+    let data = batch::<K>(rows, cols, (rows * 7919 + cols * 31 + k) as u64);
+    let top = gpu
+        .top_k_rows(&gpu.upload(&data).unwrap(), rows, cols, k, order)
+        .unwrap_or_else(|e| panic!("{rows}×{cols} k={k}: {e}"));
+    let (values, indices) = (gpu.download(&top.values).unwrap(), gpu.download(&top.indices).unwrap());
+    for r in 0..rows {
+        let got: Vec<(u64, u64)> = (r * k..(r + 1) * k).map(|i| (values[i].exact(), indices[i])).collect();
+        let want = expected_row(&data[r * cols..(r + 1) * cols], k, order);
+        let first_difference = got.iter().zip(&want).position(|(a, b)| a != b);
+        assert!(
+            first_difference.is_none(),
+            "{} {rows}×{cols} k={k} {order:?}, row {r} ({:?}): rank {first_difference:?} got {:?}, want {:?}",
+            K::NAME,
+            DISTRIBUTIONS[r % 8],
+            first_difference.map(|i| got[i]),
+            first_difference.map(|i| want[i]),
+        );
+    }
+}
+
+/// Shapes at the edges of every queue size (k = 32·Q and one more), k = 1 (the warp
+/// reduction), k = cols, and rows split over several blocks (few rows of ≥ 8192 keys).
+fn dense_shapes(gpu: &Gpu) -> Vec<(usize, usize, usize)> {
+    let mut shapes = vec![
+        (9, 1, 1),
+        (8, 77, 1),
+        (8, 500, 32),
+        (8, 500, 33),
+        (3, 700, 128),
+        (3, 700, 129),
+        (2, 300, 300),
+        (2, 20_000, 100),
+        (1, 40_000, 7),
+    ];
+    if !common::on_emulator(gpu) {
+        shapes.extend([
+            (1000, 1000, 100),
+            (200, 5000, 256),
+            (100, 5000, 512),
+            (100, 5000, 1000),
+            (50, 9000, 2048),
+            (64, 131_072, 50),
+            (64, 131_072, 1024),
+            (3, 1 << 20, 64),
+            (5, 3000, 2500),
+        ]);
+    }
+    shapes
+}
+
+fn check_all_dense<K: TestKey>() {
+    let gpu = common::gpu();
+    for (rows, cols, k) in dense_shapes(&gpu) {
+        for order in [Order::Smallest, Order::Largest] {
+            check_dense::<K>(&gpu, rows, cols, k, order);
+        }
+    }
+}
+
+#[test]
+fn rows_f32() {
+    check_all_dense::<f32>();
+}
+#[test]
+fn rows_f64() {
+    check_all_dense::<f64>();
+}
+#[test]
+fn rows_i32() {
+    check_all_dense::<i32>();
+}
+#[test]
+fn rows_u32() {
+    check_all_dense::<u32>();
+}
+#[test]
+fn rows_i64() {
+    check_all_dense::<i64>();
+}
+#[test]
+fn rows_u64() {
+    check_all_dense::<u64>();
+}
+
+/// The large queues (k up to 2048, where the queue spills to local memory) and k beyond them
+/// (one top-k per row), on the emulator too.
+#[test]
+fn large_queues_and_k_beyond_them() {
+    let gpu = common::gpu();
+    for (rows, cols, k) in [(2, 2100, 513), (2, 2100, 1024), (2, 2500, 2048), (2, 2600, 2049)] {
+        check_dense::<f32>(&gpu, rows, cols, k, Order::Smallest);
+        check_dense::<u64>(&gpu, rows, cols, k, Order::Largest);
+    }
+}
+
+fn check_ragged<K: TestKey>(gpu: &Gpu, lens: &[usize], k: usize, order: Order) {
+    let rows: Vec<Vec<K>> = lens
+        .iter()
+        .enumerate()
+        .map(|(r, &len)| generate::<K>(len, DISTRIBUTIONS[r % DISTRIBUTIONS.len()], 40 + r as u64))
+        .collect();
+    let mut offsets = vec![0u64];
+    for row in &rows {
+        offsets.push(offsets.last().unwrap() + row.len() as u64);
+    }
+    let data: Vec<K> = rows.concat();
+    let top = gpu
+        .top_k_rows_ragged(&gpu.upload(&data).unwrap(), &gpu.upload(&offsets).unwrap(), k, order)
+        .unwrap_or_else(|e| panic!("ragged k={k}: {e}"));
+    let (values, indices) = (gpu.download(&top.values).unwrap(), gpu.download(&top.indices).unwrap());
+    for (r, row) in rows.iter().enumerate() {
+        let got: Vec<(u64, u64)> = (r * k..(r + 1) * k).map(|i| (values[i].exact(), indices[i])).collect();
+        assert_eq!(
+            got,
+            expected_row(row, k, order),
+            "{} ragged k={k} {order:?}, row {r} of {}",
+            K::NAME,
+            row.len()
+        );
+    }
+}
+
+#[test]
+fn ragged_rows_pad_what_they_lack() {
+    let gpu = common::gpu();
+    let lens = [0, 1, 31, 100, 0, 257, 5000, 64, 3, 20_000];
+    for order in [Order::Smallest, Order::Largest] {
+        for k in [1, 40, 256] {
+            check_ragged::<f32>(&gpu, &lens, k, order);
+            check_ragged::<i64>(&gpu, &lens, k, order);
+        }
+        check_ragged::<u32>(&gpu, &lens, 3000, order); // beyond the queues
+    }
+    // Few long rows: split over several blocks, with a short one beside them.
+    check_ragged::<f32>(&gpu, &[30_000, 10, 25_000], 50, Order::Largest);
+}
+
+#[test]
+fn one_row_agrees_with_top_k() {
+    let gpu = common::gpu();
+    let data = generate::<f32>(30_000, common::Distribution::Uniform, 9);
+    let device = gpu.upload(&data).unwrap();
+    for k in [1, 64, 700] {
+        let rows = gpu.top_k_rows(&device, 1, data.len(), k, Order::Largest).unwrap();
+        let whole = gpu.top_k(&device, k, Order::Largest).unwrap();
+        assert_eq!(gpu.download(&rows.indices).unwrap(), gpu.download(&whole.indices).unwrap(), "k={k}");
+    }
+}
+
+#[test]
+fn bad_input_gives_clear_errors() {
+    let gpu = common::gpu();
+    let data = gpu.upload(&[1.0f32; 12]).unwrap();
+    let invalid = |result: Result<_, Error>| matches!(result, Err(Error::InvalidArgument { .. }));
+    assert!(invalid(gpu.top_k_rows(&data, 3, 4, 0, Order::Smallest)));
+    assert!(invalid(gpu.top_k_rows(&data, 3, 4, 5, Order::Smallest)));
+    assert!(matches!(gpu.top_k_rows(&data, 0, 4, 1, Order::Smallest), Err(Error::EmptyInput)));
+    assert!(matches!(gpu.top_k_rows(&data, 3, 0, 1, Order::Smallest), Err(Error::EmptyInput)));
+    assert!(matches!(gpu.top_k_rows(&data, 4, 4, 1, Order::Smallest), Err(Error::LengthMismatch { .. })));
+    assert!(matches!(
+        gpu.top_k_rows_host(&[1u32; 10], 4, 1, Order::Smallest),
+        Err(Error::InvalidArgument { .. })
+    ));
+
+    let offsets = |values: &[u64]| gpu.upload(values).unwrap();
+    assert!(matches!(
+        gpu.top_k_rows_ragged(&data, &offsets(&[0]), 1, Order::Smallest),
+        Err(Error::EmptyInput)
+    ));
+    assert!(invalid(gpu.top_k_rows_ragged(&data, &offsets(&[0, 5, 3]), 1, Order::Smallest)));
+    assert!(invalid(gpu.top_k_rows_ragged(&data, &offsets(&[0, 5, 13]), 1, Order::Smallest)));
+    assert!(invalid(gpu.top_k_rows_ragged(&data, &offsets(&[0, 12]), 0, Order::Smallest)));
+}
+
+/// The workspace form: sized by the query, reused across calls of different shapes, and
+/// checked (short workspace, wrong output lengths).
+#[test]
+fn caller_workspace_and_outputs() {
+    let gpu = common::gpu();
+    // Few long rows (split, so a workspace is needed), then many short rows, then k beyond
+    // the queues, all through one workspace sized for the largest.
+    let shapes = [(3, 30_000, 40), (50, 300, 7), (2, 2600, 2049)];
+    let bytes = shapes
+        .iter()
+        .map(|&(rows, cols, k)| gpu.top_k_rows_workspace_bytes::<f32>(rows, cols, k, Order::Largest).unwrap())
+        .max()
+        .unwrap();
+    assert!(gpu.top_k_rows_workspace_bytes::<f32>(3, 30_000, 40, Order::Largest).unwrap() > 0);
+    assert_eq!(gpu.top_k_rows_workspace_bytes::<f32>(50, 300, 7, Order::Largest).unwrap(), 0);
+    let mut workspace = gpu.alloc_zeroed::<u8>(bytes).unwrap();
+    for (rows, cols, k) in shapes {
+        let data = batch::<f32>(rows, cols, 77);
+        let matrix = gpu.upload(&data).unwrap();
+        let mut out = gpu_select::TopK {
+            values: gpu.alloc_zeroed::<f32>(rows * k).unwrap(),
+            indices: gpu.alloc_zeroed::<u64>(rows * k).unwrap(),
+        };
+        gpu.top_k_rows_into(&matrix, rows, cols, k, Order::Largest, &mut workspace, &mut out).unwrap();
+        let (values, indices) = (gpu.download(&out.values).unwrap(), gpu.download(&out.indices).unwrap());
+        for (r, row) in data.chunks(cols).enumerate() {
+            let got: Vec<(u64, u64)> =
+                (r * k..(r + 1) * k).map(|i| (values[i].exact(), indices[i])).collect();
+            assert_eq!(got, expected_row(row, k, Order::Largest), "{rows}x{cols} k={k} row {r}");
+        }
+    }
+
+    let matrix = gpu.upload(&batch::<f32>(3, 30_000, 5)).unwrap();
+    let needed = gpu.top_k_rows_workspace_bytes::<f32>(3, 30_000, 40, Order::Smallest).unwrap();
+    let mut short = gpu.alloc_zeroed::<u8>(needed - 1).unwrap();
+    let mut out = gpu_select::TopK {
+        values: gpu.alloc_zeroed::<f32>(3 * 40).unwrap(),
+        indices: gpu.alloc_zeroed::<u64>(3 * 40).unwrap(),
+    };
+    let mismatch = |result: Result<(), Error>| matches!(result, Err(Error::LengthMismatch { .. }));
+    assert!(mismatch(gpu.top_k_rows_into(&matrix, 3, 30_000, 40, Order::Smallest, &mut short, &mut out)));
+    let mut wrong = gpu_select::TopK {
+        values: gpu.alloc_zeroed::<f32>(3 * 40).unwrap(),
+        indices: gpu.alloc_zeroed::<u64>(3 * 39).unwrap(),
+    };
+    assert!(mismatch(gpu.top_k_rows_into(
+        &matrix,
+        3,
+        30_000,
+        40,
+        Order::Smallest,
+        &mut workspace,
+        &mut wrong
+    )));
+}
