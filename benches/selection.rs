@@ -342,6 +342,83 @@ fn bench_selection_duplicates(
     }
 }
 
+/// Batched top-k of a `rows × cols` matrix (`top_k_rows_into`).
+#[allow(clippy::too_many_arguments)]
+fn bench_rows(
+    criterion: &mut Criterion,
+    gpu: &Gpu,
+    matrix: &DeviceBuffer<f32>,
+    (rows, cols, k): (usize, usize, usize),
+    order: Order,
+    floor_ms: f64,
+    cases: &mut Vec<Case>,
+) {
+    let name = format!("f32 {rows}x{cols} k={k} {order:?}");
+    let mut samples = Samples::default();
+    // The workspace form, outputs and workspace allocated once (as torch's caching
+    // allocator serves `torch.topk`).
+    let bytes = gpu.top_k_rows_workspace_bytes::<f32>(rows, cols, k, order).unwrap();
+    let mut workspace = gpu.alloc_zeroed::<u8>(bytes).unwrap();
+    let mut out = TopK {
+        values: gpu.alloc_zeroed::<f32>(rows * k).unwrap(),
+        indices: gpu.alloc_zeroed(rows * k).unwrap(),
+    };
+    let mut group = criterion.benchmark_group("top_k_rows");
+    group.throughput(Throughput::Bytes(matrix.bytes() as u64));
+    group.bench_function(BenchmarkId::from_parameter(&name), |b| {
+        b.iter_custom(|iterations| {
+            timed(gpu, &mut samples, iterations, || {
+                gpu.top_k_rows_into(matrix, rows, cols, k, order, &mut workspace, &mut out)
+            })
+        })
+    });
+    group.finish();
+    cases.push(Case {
+        group: "top_k_rows",
+        name,
+        elements: (rows * cols) as u64,
+        bytes: matrix.bytes() as u64,
+        median_ms: samples.median(),
+        floor_ms,
+        predicted_ms: None,
+    });
+}
+
+/// The batched shapes of design.md §5 and the issue: 10 000 rows of 1 000 / 32 000 /
+/// 128 000 keys (k = 100 and 1000 smallest), and 64 × 131 072 (k = 50 and 1024 largest).
+fn bench_all_rows(criterion: &mut Criterion, gpu: &Gpu, cases: &mut Vec<Case>) {
+    let shapes: [(usize, usize, &[usize], Order); 4] = [
+        (10_000, 1000, &[100], Order::Smallest),
+        (10_000, 32_000, &[100, 1000], Order::Smallest),
+        (10_000, 128_000, &[100, 1000], Order::Smallest),
+        (64, 131_072, &[50, 1024], Order::Largest),
+    ];
+    for (rows, cols, ks, order) in shapes {
+        let matrix = gpu.upload(&uniform_f32(rows * cols, cols as u64)).unwrap();
+        let floor_ms = read_floor(gpu, &matrix);
+        cases.push(Case {
+            group: "read_floor",
+            name: format!("f32 {rows}x{cols}"),
+            elements: (rows * cols) as u64,
+            bytes: matrix.bytes() as u64,
+            median_ms: floor_ms,
+            floor_ms,
+            predicted_ms: None,
+        });
+        for &k in ks {
+            eprintln!("top_k_rows f32 {rows}x{cols} k={k} {order:?}");
+            bench_rows(criterion, gpu, &matrix, (rows, cols, k), order, floor_ms, cases);
+        }
+    }
+}
+
+/// Which parts of the benchmark run: `GPU_SELECT_BENCH_SECTIONS` (a comma-separated list
+/// of `sizes` (sort, top-k, selection at 2^20, 2^24, 2^28) and `rows`), all by default.
+fn section_enabled(section: &str) -> bool {
+    std::env::var("GPU_SELECT_BENCH_SECTIONS")
+        .map_or(true, |list| list.split(',').any(|s| s.trim() == section))
+}
+
 /// Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
 fn today() -> String {
     let days =
@@ -469,13 +546,13 @@ fn main() {
         .sample_size(20)
         .configure_from_args();
     let mut cases = Vec::new();
-    let sizes = [20u32, 24, 28];
+    let sizes: &[u32] = if section_enabled("sizes") { &[20, 24, 28] } else { &[] };
     let bitonic = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::Bitonic);
     let radix = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::RadixSelect);
     let auto = TopKOptions::new(Order::Largest);
     let total = sizes.len() * 13 + 3 + 6;
     let mut step = 0;
-    for log_n in sizes {
+    for &log_n in sizes {
         let n = 1usize << log_n;
         let keys = gpu.upload(&uniform_f32(n, log_n as u64)).unwrap();
         step += 1;
@@ -529,6 +606,9 @@ fn main() {
                 }
             }
         }
+    }
+    if section_enabled("rows") {
+        bench_all_rows(&mut criterion, &gpu, &mut cases);
     }
     criterion.final_summary();
     write_results(&gpu, &cases);
