@@ -92,12 +92,30 @@ impl Gpu {
         order: Order,
     ) -> Result<usize> {
         let shape = dense_shape(rows, cols, k)?;
+        // Every dense row has `cols` keys: one row stands for all.
+        self.rows_workspace_bytes::<K>(shape, k, order, &|_row| cols, 1)
+    }
+
+    /// Workspace bytes of `select_rows`: the split's candidates for `k ≤ MAX_QUEUE_K`,
+    /// else the largest top-k workspace over the first `distinct_rows` non-empty rows.
+    fn rows_workspace_bytes<K: SelectKey>(
+        &self,
+        shape: Rows,
+        k: usize,
+        order: Order,
+        row_len: &dyn Fn(usize) -> usize,
+        distinct_rows: usize,
+    ) -> Result<usize> {
         if k <= MAX_QUEUE_K as usize {
             let parts = blocks_per_row(shape, k as u32, self.limits().multiprocessors);
-            Ok(if parts == 1 { 0 } else { candidates_bytes::<K>(rows as u64 * parts * k as u64) })
-        } else {
-            self.top_k_workspace_bytes::<K>(cols, k, &TopKOptions::new(order))
+            return Ok(if parts == 1 { 0 } else { candidates_bytes::<K>(shape.count * parts * k as u64) });
         }
+        let options = TopKOptions::new(order);
+        (0..distinct_rows)
+            .map(row_len)
+            .filter(|&len| len > 0)
+            .map(|len| self.top_k_workspace_bytes::<K>(len, k.min(len), &options))
+            .try_fold(0, |most: usize, bytes| bytes.map(|bytes| most.max(bytes)))
     }
 
     /// [`Gpu::top_k_rows`] into caller-provided outputs (`out.values` and `out.indices` of
@@ -225,17 +243,7 @@ impl Gpu {
         let total = rows
             .checked_mul(k)
             .ok_or_else(|| Error::invalid(format!("{rows} rows × k = {k} overflow usize")))?;
-        let bytes = if k <= MAX_QUEUE_K as usize {
-            let parts = blocks_per_row(shape, k as u32, self.limits().multiprocessors);
-            if parts == 1 { 0 } else { candidates_bytes::<K>(rows as u64 * parts * k as u64) }
-        } else {
-            let options = TopKOptions::new(order);
-            (0..rows)
-                .map(row_lens)
-                .filter(|&len| len > 0)
-                .map(|len| self.top_k_workspace_bytes::<K>(len, k.min(len), &options))
-                .try_fold(0, |most: usize, bytes| bytes.map(|bytes| most.max(bytes)))?
-        };
+        let bytes = self.rows_workspace_bytes::<K>(shape, k, order, &row_lens, rows)?;
         let mut workspace = self.alloc_zeroed::<u8>(bytes)?;
         let mut out =
             TopK { values: self.alloc_zeroed::<K>(total)?, indices: self.alloc_zeroed::<u64>(total)? };
