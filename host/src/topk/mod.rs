@@ -265,25 +265,10 @@ impl Gpu {
         out: &mut TopK<K>,
     ) -> Result<()> {
         data.check_gpu(self, "the data")?;
-        workspace.check_gpu(self, "the workspace")?;
-        out.values.check_gpu(self, "the output values")?;
-        out.indices.check_gpu(self, "the output indices")?;
-        for (what, len) in
-            [("top-k output values", out.values.len()), ("top-k output indices", out.indices.len())]
-        {
-            if len != k {
-                return Err(Error::LengthMismatch { what, expected: k, actual: len });
-            }
-        }
+        self.check_outputs(out, k, ["top-k output values", "top-k output indices"])?;
         let plan = self.plan_top_k(data.len(), k, size_of::<K>(), options)?;
         let needed = plan.workspace_bytes(data.len(), k, size_of::<K>());
-        if workspace.len() < needed {
-            return Err(Error::LengthMismatch {
-                what: "top-k workspace bytes (at least)",
-                expected: needed,
-                actual: workspace.len(),
-            });
-        }
+        self.check_workspace(workspace, needed, "top-k workspace bytes (at least)")?;
         let base = workspace.global_ptr().address();
         match plan {
             Plan::Bitonic(plan) => self.run_bitonic(data, k as u32, options.order, &plan, base, out),
@@ -291,6 +276,38 @@ impl Gpu {
             Plan::Radix(plan) => self.run_radix(data, k, options.order, &plan, base, out),
             Plan::Sample(plan) => self.run_sample_top_k(data, k, options.order, &plan, base, out),
         }
+    }
+
+    /// Checks that caller-provided outputs are on this GPU and hold `len` values and
+    /// indices (`what`: how the error names each).
+    pub(crate) fn check_outputs<K: SelectKey>(
+        &self,
+        out: &TopK<K>,
+        len: usize,
+        what: [&'static str; 2],
+    ) -> Result<()> {
+        out.values.check_gpu(self, "the output values")?;
+        out.indices.check_gpu(self, "the output indices")?;
+        for (what, actual) in what.into_iter().zip([out.values.len(), out.indices.len()]) {
+            if actual != len {
+                return Err(Error::LengthMismatch { what, expected: len, actual });
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks that a caller-provided workspace is on this GPU and holds `needed` bytes.
+    pub(crate) fn check_workspace(
+        &self,
+        workspace: &DeviceBuffer<u8>,
+        needed: usize,
+        what: &'static str,
+    ) -> Result<()> {
+        workspace.check_gpu(self, "the workspace")?;
+        if workspace.len() < needed {
+            return Err(Error::LengthMismatch { what, expected: needed, actual: workspace.len() });
+        }
+        Ok(())
     }
 
     /// Top-k of at most 2048 keys: sort them all into the workspace (at `workspace_base`,

@@ -151,9 +151,6 @@ impl Gpu {
         out: &mut TopK<K>,
     ) -> Result<()> {
         data.check_gpu(self, "the data")?;
-        workspace.check_gpu(self, "the workspace")?;
-        out.values.check_gpu(self, "the output values")?;
-        out.indices.check_gpu(self, "the output indices")?;
         let shape = dense_shape(rows, cols, k)?;
         let expected = rows * cols; // checked by dense_shape
         if data.len() != expected {
@@ -163,21 +160,9 @@ impl Gpu {
                 actual: data.len(),
             });
         }
-        for (what, len) in
-            [("row top-k output values", out.values.len()), ("row top-k output indices", out.indices.len())]
-        {
-            if len != rows * k {
-                return Err(Error::LengthMismatch { what, expected: rows * k, actual: len });
-            }
-        }
+        self.check_outputs(out, rows * k, ["row top-k output values", "row top-k output indices"])?;
         let needed = self.top_k_rows_workspace_bytes::<K>(rows, cols, k, order)?;
-        if workspace.len() < needed {
-            return Err(Error::LengthMismatch {
-                what: "row top-k workspace bytes (at least)",
-                expected: needed,
-                actual: workspace.len(),
-            });
-        }
+        self.check_workspace(workspace, needed, "row top-k workspace bytes (at least)")?;
         let row_lens = |_row: usize| cols;
         self.select_rows(data, shape, k, order, &row_lens, |row| (row * cols) as u64, workspace, out)
     }
