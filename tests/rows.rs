@@ -46,9 +46,14 @@ fn check_dense<K: TestKey>(gpu: &Gpu, rows: usize, cols: usize, k: usize, order:
 }
 
 /// Shapes at the edges of every queue size (k = 32·Q and one more), k = 1 (the warp
-/// reduction), k = cols, and rows split over several blocks (few rows of ≥ 8192 keys).
+/// reduction), k = cols, rows split over several blocks (few rows of ≥ 8192 keys), and rows
+/// many enough that each warp takes its own (≥ 32 rows on the emulator, whose one
+/// multiprocessor the choice scales with; ≥ 4224 on a GPU of 132).
 fn dense_shapes(gpu: &Gpu) -> Vec<(usize, usize, usize)> {
     let mut shapes = vec![
+        (40, 300, 100),
+        (33, 50, 1),
+        (36, 129, 64),
         (9, 1, 1),
         (8, 77, 1),
         (8, 500, 32),
@@ -70,6 +75,9 @@ fn dense_shapes(gpu: &Gpu) -> Vec<(usize, usize, usize)> {
             (64, 131_072, 1024),
             (3, 1 << 20, 64),
             (5, 3000, 2500),
+            (4500, 300, 100),
+            (4400, 1000, 1),
+            (4300, 2000, 1024),
         ]);
     }
     shapes
@@ -160,6 +168,19 @@ fn ragged_rows_pad_what_they_lack() {
     }
     // Few long rows: split over several blocks, with a short one beside them.
     check_ragged::<f32>(&gpu, &[30_000, 10, 25_000], 50, Order::Largest);
+}
+
+/// Many ragged rows (each warp its own row): empty rows, rows shorter than k, and rows that
+/// start anywhere, so the filter's first and last groups of four are partial.
+#[test]
+fn many_ragged_rows_one_warp_each() {
+    let gpu = common::gpu();
+    let rows = if common::on_emulator(&gpu) { 45 } else { 4500 };
+    let lens: Vec<usize> = (0..rows).map(|r| if r % 9 == 0 { 0 } else { r * 37 % 1500 }).collect();
+    for order in [Order::Smallest, Order::Largest] {
+        check_ragged::<f32>(&gpu, &lens, 50, order);
+        check_ragged::<u64>(&gpu, &lens, 200, order);
+    }
 }
 
 #[test]

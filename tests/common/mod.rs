@@ -81,6 +81,7 @@ pub fn generate<K: TestKey>(n: usize, distribution: Distribution, seed: u64) -> 
                 }
             })
             .collect(),
+        Distribution::Outliers if n == 0 => Vec::new(),
         Distribution::Outliers => {
             let mut keys = vec![K::from_rank(5); n];
             for (j, i) in [0, n / 3, n / 2, n - 1].into_iter().enumerate() {

@@ -237,7 +237,7 @@ for step in "${@:-tests}"; do
         compute-sanitizer --tool "$tool" --error-exitcode 9 "$here"/bin/test-select --test-threads=1 \
           workspace_is_sized nan_and_signed_zero approximate_selection_is_exact || status=1
         compute-sanitizer --tool "$tool" --error-exitcode 9 "$here"/bin/test-rows --test-threads=1 \
-          ragged_rows_pad_what_they_lack large_queues_and_k_beyond_them || status=1
+          ragged_rows_pad_what_they_lack many_ragged_rows_one_warp_each large_queues_and_k_beyond_them || status=1
       done ;;
     bench)
       "$here"/bin/bench-selection --bench || status=1 ;;

@@ -1,7 +1,8 @@
 //! Batched top-k: the `k` best of every row of a matrix, or of rows of varying length.
 //!
-//! `k ≤ 2048`: BlockSelect ([`gpu_select_kernels::topk::rows`]), one block per row, or
-//! several blocks per row and a merge pass when the rows are too few to fill the GPU.
+//! `k ≤ 2048`: WarpSelect queues ([`gpu_select_kernels::topk::rows`]): a warp per row when
+//! rows are many, a block of four warps per row (BlockSelect) otherwise, or several blocks
+//! per row and a merge pass when the rows are too few to fill the GPU.
 //! Larger `k`: each row goes through [`Gpu::top_k_into`] (radix select or SampleSelect, no
 //! `k` limit), so no caller meets a queue ceiling.
 
@@ -21,6 +22,8 @@ use crate::{Order, SelectKey};
 /// the order (`+inf` / `MAX` for the smallest keys, `-inf` / `MIN` for the largest).
 pub const PADDING_INDEX: u64 = NO_INDEX;
 
+/// Warps of a BlockSelect block.
+const WARPS_PER_BLOCK: u32 = ROWS_THREADS / 32;
 /// Blocks per multiprocessor the split of long rows aims for.
 const TARGET_BLOCKS_PER_SM: u32 = 8;
 /// A block's part of a split row holds at least this many keys (and 4 queues' worth), so
@@ -295,7 +298,8 @@ impl Gpu {
         workspace: &mut DeviceBuffer<u8>,
         out: &mut TopK<K>,
     ) -> Result<()> {
-        let parts = blocks_per_row(rows, k, self.limits().multiprocessors);
+        let multiprocessors = self.limits().multiprocessors;
+        let parts = blocks_per_row(rows, k, multiprocessors);
         let (kernel, shared_bytes) = rows_kernel::<K>(k);
         let launch = |params: RowsParams<K>, blocks: u64| {
             if blocks > i32::MAX as u64 {
@@ -316,9 +320,13 @@ impl Gpu {
             k,
             order: order.to_raw(),
             blocks_per_row: 1,
-            reserved: 0,
+            warps_per_part: WARPS_PER_BLOCK,
         };
         if parts == 1 {
+            if warp_per_row(rows, multiprocessors) {
+                let params = RowsParams { warps_per_part: 1, ..params };
+                return launch(params, rows.count.div_ceil(WARPS_PER_BLOCK as u64));
+            }
             return launch(params, rows.count);
         }
         // Two passes: each part's k best into the workspace (indices first, 8-byte aligned,
@@ -431,6 +439,18 @@ fn check_row_len(len: u64) -> Result<()> {
     Ok(())
 }
 
+/// Whether each warp takes a row of its own (no merge in shared memory, four rows per
+/// block): when the rows alone give every multiprocessor [`TARGET_BLOCKS_PER_SM`] blocks'
+/// worth of warps. `GPU_SELECT_ROWS_WARPS_PER_ROW` = `1` or `4` overrides the choice, so
+/// that benchmarks can time both layouts on one shape.
+fn warp_per_row(rows: Rows, multiprocessors: u32) -> bool {
+    match std::env::var("GPU_SELECT_ROWS_WARPS_PER_ROW").as_deref() {
+        Ok("1") => true,
+        Ok("4") => false,
+        _ => rows.count >= (multiprocessors * TARGET_BLOCKS_PER_SM * WARPS_PER_BLOCK) as u64,
+    }
+}
+
 /// Blocks per row: enough to give every multiprocessor [`TARGET_BLOCKS_PER_SM`] blocks
 /// when the rows alone do not, without parts shorter than [`MIN_PART_LEN`] or 4 queues.
 fn blocks_per_row(rows: Rows, k: u32, multiprocessors: u32) -> u64 {
@@ -464,6 +484,17 @@ mod tests {
 
     fn rows(count: u64, mean_len: u64) -> Rows {
         Rows { count, cols: mean_len, offsets: GlobalPtr::null(), mean_len }
+    }
+
+    #[test]
+    fn a_warp_takes_a_row_when_rows_fill_the_gpu() {
+        if std::env::var_os("GPU_SELECT_ROWS_WARPS_PER_ROW").is_some() {
+            return; // the measurement hook decides
+        }
+        assert!(warp_per_row(rows(10_000, 1000), 132));
+        assert!(warp_per_row(rows(4224, 1000), 132));
+        assert!(!warp_per_row(rows(4223, 1000), 132));
+        assert!(!warp_per_row(rows(64, 131_072), 132));
     }
 
     #[test]
