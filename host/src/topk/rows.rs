@@ -32,15 +32,43 @@ const MIN_PART_LEN: u64 = 4096;
 /// The most blocks one row is split over.
 const MAX_BLOCKS_PER_ROW: u64 = 256;
 
-/// The rows of a batched top-k, as the kernel sees them.
+/// The rows of a batched top-k: what the kernel sees, and the host's copy of the offsets
+/// (ragged rows) for the paths that work row by row.
 #[derive(Clone, Copy, Debug)]
-struct Rows {
+struct Rows<'a> {
     count: u64,
-    /// Keys per row (dense), or null offsets.
+    /// Keys per row (dense), or 0 (ragged).
     cols: u64,
+    /// The offsets on the device (ragged), or null (dense).
     offsets: GlobalPtr<u64>,
+    /// The same offsets on the host (ragged), or `None` (dense).
+    host_offsets: Option<&'a [u64]>,
     /// The mean row length: sizes the split of long rows.
     mean_len: u64,
+}
+
+impl Rows<'_> {
+    /// Keys of row `row`.
+    fn len(&self, row: usize) -> usize {
+        match self.host_offsets {
+            Some(offsets) => (offsets[row + 1] - offsets[row]) as usize,
+            None => self.cols as usize,
+        }
+    }
+
+    /// Where row `row` starts in the data.
+    fn start(&self, row: usize) -> usize {
+        match self.host_offsets {
+            Some(offsets) => offsets[row] as usize,
+            None => row * self.cols as usize,
+        }
+    }
+
+    /// Rows whose lengths may differ: all of them when ragged, one standing for all when
+    /// dense.
+    fn distinct(&self) -> usize {
+        if self.host_offsets.is_some() { self.count as usize } else { 1 }
+    }
 }
 
 impl Gpu {
@@ -94,28 +122,19 @@ impl Gpu {
         k: usize,
         order: Order,
     ) -> Result<usize> {
-        let shape = dense_shape(rows, cols, k)?;
-        // Every dense row has `cols` keys: one row stands for all.
-        self.rows_workspace_bytes::<K>(shape, k, order, &|_row| cols, 1)
+        self.rows_workspace_bytes::<K>(dense_shape(rows, cols, k)?, k, order)
     }
 
     /// Workspace bytes of `select_rows`: the split's candidates for `k ≤ MAX_QUEUE_K`,
-    /// else the largest top-k workspace over the first `distinct_rows` non-empty rows.
-    fn rows_workspace_bytes<K: SelectKey>(
-        &self,
-        shape: Rows,
-        k: usize,
-        order: Order,
-        row_len: &dyn Fn(usize) -> usize,
-        distinct_rows: usize,
-    ) -> Result<usize> {
+    /// else the largest top-k workspace over the non-empty rows.
+    fn rows_workspace_bytes<K: SelectKey>(&self, shape: Rows, k: usize, order: Order) -> Result<usize> {
         if k <= MAX_QUEUE_K as usize {
             let parts = blocks_per_row(shape, k as u32, self.limits().multiprocessors);
             return Ok(if parts == 1 { 0 } else { candidates_bytes::<K>(shape.count * parts * k as u64) });
         }
         let options = TopKOptions::new(order);
-        (0..distinct_rows)
-            .map(row_len)
+        (0..shape.distinct())
+            .map(|row| shape.len(row))
             .filter(|&len| len > 0)
             .map(|len| self.top_k_workspace_bytes::<K>(len, k.min(len), &options))
             .try_fold(0, |most: usize, bytes| bytes.map(|bytes| most.max(bytes)))
@@ -164,10 +183,9 @@ impl Gpu {
             });
         }
         self.check_outputs(out, rows * k, ["row top-k output values", "row top-k output indices"])?;
-        let needed = self.top_k_rows_workspace_bytes::<K>(rows, cols, k, order)?;
+        let needed = self.rows_workspace_bytes::<K>(shape, k, order)?;
         self.check_workspace(workspace, needed, "row top-k workspace bytes (at least)")?;
-        let row_lens = |_row: usize| cols;
-        self.select_rows(data, shape, k, order, &row_lens, |row| (row * cols) as u64, workspace, out)
+        self.select_rows(data, shape, k, order, workspace, out)
     }
 
     /// [`Gpu::top_k_rows`] for rows of varying length, given by `offsets` as in CSR: row
@@ -225,26 +243,17 @@ impl Gpu {
             count: rows as u64,
             cols: 0,
             offsets: offsets.global_ptr(),
+            host_offsets: Some(&host_offsets),
             mean_len: (last - host_offsets[0]) / rows as u64,
         };
-        let row_lens = |row: usize| (host_offsets[row + 1] - host_offsets[row]) as usize;
         let total = rows
             .checked_mul(k)
             .ok_or_else(|| Error::invalid(format!("{rows} rows × k = {k} overflow usize")))?;
-        let bytes = self.rows_workspace_bytes::<K>(shape, k, order, &row_lens, rows)?;
+        let bytes = self.rows_workspace_bytes::<K>(shape, k, order)?;
         let mut workspace = self.alloc_zeroed::<u8>(bytes)?;
         let mut out =
             TopK { values: self.alloc_zeroed::<K>(total)?, indices: self.alloc_zeroed::<u64>(total)? };
-        self.select_rows(
-            data,
-            shape,
-            k,
-            order,
-            &row_lens,
-            |row| host_offsets[row],
-            &mut workspace,
-            &mut out,
-        )?;
+        self.select_rows(data, shape, k, order, &mut workspace, &mut out)?;
         // The workspace (and the padding of long k) is freed on drop; wait for its readers.
         self.synchronize()?;
         Ok(out)
@@ -268,22 +277,19 @@ impl Gpu {
 
     /// The dispatch: BlockSelect for `k ≤ MAX_QUEUE_K`, else one top-k per row; `workspace`
     /// sized by the caller for the path taken.
-    #[allow(clippy::too_many_arguments)]
     fn select_rows<K: SelectKey>(
         &self,
         data: &DeviceBuffer<K>,
         rows: Rows,
         k: usize,
         order: Order,
-        row_len: &dyn Fn(usize) -> usize,
-        row_start: impl Fn(usize) -> u64,
         workspace: &mut DeviceBuffer<u8>,
         out: &mut TopK<K>,
     ) -> Result<()> {
         if k <= MAX_QUEUE_K as usize {
             self.block_select_rows(data, rows, k as u32, order, workspace, out)
         } else {
-            self.top_k_each_row(data, rows.count as usize, k, order, row_len, row_start, workspace, out)
+            self.top_k_each_row(data, rows, k, order, workspace, out)
         }
     }
 
@@ -352,29 +358,26 @@ impl Gpu {
     }
 
     /// `k` beyond the queues: a top-k per row (any `k`), padded where a row is shorter.
-    #[allow(clippy::too_many_arguments)]
     fn top_k_each_row<K: SelectKey>(
         &self,
         data: &DeviceBuffer<K>,
-        rows: usize,
+        rows: Rows,
         k: usize,
         order: Order,
-        row_len: &dyn Fn(usize) -> usize,
-        row_start: impl Fn(usize) -> u64,
         workspace: &mut DeviceBuffer<u8>,
         out: &mut TopK<K>,
     ) -> Result<()> {
         let options = TopKOptions::new(order);
         // Sources of the padding, only for ragged rows shorter than k (the caller waits
         // for the copies before they are freed).
-        let padding = if (0..rows).any(|row| row_len(row) < k) {
+        let padding = if (0..rows.distinct()).any(|row| rows.len(row) < k) {
             let padding_key = if order == Order::Largest { K::LOWEST } else { K::HIGHEST };
             Some((self.upload(&vec![padding_key; k])?, self.upload(&vec![PADDING_INDEX; k])?))
         } else {
             None
         };
-        for row in 0..rows {
-            let (len, start) = (row_len(row), row_start(row) as usize);
+        for row in 0..rows.count as usize {
+            let (len, start) = (rows.len(row), rows.start(row));
             let kept = k.min(len);
             if kept > 0 {
                 let mut row_out =
@@ -405,7 +408,7 @@ impl Gpu {
 }
 
 /// Checks a dense shape (as [`Gpu::top_k_rows`] documents) and describes it.
-fn dense_shape(rows: usize, cols: usize, k: usize) -> Result<Rows> {
+fn dense_shape(rows: usize, cols: usize, k: usize) -> Result<Rows<'static>> {
     if rows == 0 || cols == 0 {
         return Err(Error::EmptyInput);
     }
@@ -416,7 +419,13 @@ fn dense_shape(rows: usize, cols: usize, k: usize) -> Result<Rows> {
     rows.checked_mul(cols).ok_or_else(|| Error::invalid(format!("{rows} × {cols} keys overflow usize")))?;
     rows.checked_mul(k).ok_or_else(|| Error::invalid(format!("{rows} rows × k = {k} overflow usize")))?;
     check_row_len(cols as u64)?;
-    Ok(Rows { count: rows as u64, cols: cols as u64, offsets: GlobalPtr::null(), mean_len: cols as u64 })
+    Ok(Rows {
+        count: rows as u64,
+        cols: cols as u64,
+        offsets: GlobalPtr::null(),
+        host_offsets: None,
+        mean_len: cols as u64,
+    })
 }
 
 /// Workspace bytes for `candidates` keys and indices of a split row's first pass.
@@ -482,8 +491,8 @@ fn rows_kernel<K: SelectKey>(k: u32) -> (KernelId<RowsParams<K>>, usize) {
 mod tests {
     use super::*;
 
-    fn rows(count: u64, mean_len: u64) -> Rows {
-        Rows { count, cols: mean_len, offsets: GlobalPtr::null(), mean_len }
+    fn rows(count: u64, mean_len: u64) -> Rows<'static> {
+        Rows { count, cols: mean_len, offsets: GlobalPtr::null(), host_offsets: None, mean_len }
     }
 
     #[test]
