@@ -275,8 +275,8 @@ impl Gpu {
         Ok((self.download(&top.values)?, self.download(&top.indices)?))
     }
 
-    /// The dispatch: BlockSelect for `k ≤ MAX_QUEUE_K`, else one top-k per row; `workspace`
-    /// sized by the caller for the path taken.
+    /// The dispatch: the queue kernels for `k ≤ MAX_QUEUE_K`, else one top-k per row;
+    /// `workspace` sized by the caller for the path taken.
     fn select_rows<K: SelectKey>(
         &self,
         data: &DeviceBuffer<K>,
@@ -293,8 +293,9 @@ impl Gpu {
         }
     }
 
-    /// BlockSelect over every row, split over several blocks (and merged) when the rows are
-    /// too few to fill the GPU; the split's candidates go to `workspace`.
+    /// The queue kernel over every row: a warp per row when rows are many, a block per row
+    /// (BlockSelect) otherwise, split over several blocks (and merged) when the rows are too
+    /// few to fill the GPU; the split's candidates go to `workspace`.
     fn block_select_rows<K: SelectKey>(
         &self,
         data: &DeviceBuffer<K>,
