@@ -353,10 +353,12 @@ fn bench_rows(
     floor_ms: f64,
     cases: &mut Vec<Case>,
 ) {
-    // A layout forced through the library's measurement hook is part of the name.
+    // A kernel or layout forced through the library's measurement hooks is part of the name.
+    let algorithm =
+        std::env::var("GPU_SELECT_ROWS_ALGORITHM").map_or(String::new(), |a| format!(" algorithm={a}"));
     let layout =
         std::env::var("GPU_SELECT_ROWS_WARPS_PER_ROW").map_or(String::new(), |w| format!(" warps/row={w}"));
-    let name = format!("f32 {rows}x{cols} k={k} {order:?}{layout}");
+    let name = format!("f32 {rows}x{cols} k={k} {order:?}{algorithm}{layout}");
     let mut samples = Samples::default();
     // The workspace form, outputs and workspace allocated once (as torch's caching
     // allocator serves `torch.topk`).

@@ -1,12 +1,13 @@
 //! Batched top-k (`top_k_rows`, `top_k_rows_ragged`) against the CPU oracle row by row:
 //! every key type, both orders, rows of different distributions in one batch, every queue
 //! size, k beyond the queues, rows split over several blocks, ragged rows (empty and shorter
-//! than k), and bad input.
+//! than k), and bad input; radix selection (`RowsAlgorithm::RadixSelect`) through the same
+//! checks.
 
 mod common;
 
 use common::{DISTRIBUTIONS, TestKey, generate};
-use gpu_select::{Error, Gpu, Order, PADDING_INDEX, reference};
+use gpu_select::{Error, Gpu, Order, PADDING_INDEX, RowsAlgorithm, reference};
 
 /// The oracle's first `k` of `row`, as (exact bits, index), padded as the library pads.
 fn expected_row<K: TestKey>(row: &[K], k: usize, order: Order) -> Vec<(u64, u64)> {
@@ -25,10 +26,21 @@ fn batch<K: TestKey>(rows: usize, cols: usize, seed: u64) -> Vec<K> {
 }
 
 fn check_dense<K: TestKey>(gpu: &Gpu, rows: usize, cols: usize, k: usize, order: Order) {
+    check_dense_with::<K>(gpu, rows, cols, k, order, RowsAlgorithm::Auto);
+}
+
+fn check_dense_with<K: TestKey>(
+    gpu: &Gpu,
+    rows: usize,
+    cols: usize,
+    k: usize,
+    order: Order,
+    algorithm: RowsAlgorithm,
+) {
     let data = batch::<K>(rows, cols, (rows * 7919 + cols * 31 + k) as u64);
     let top = gpu
-        .top_k_rows(&gpu.upload(&data).unwrap(), rows, cols, k, order)
-        .unwrap_or_else(|e| panic!("{rows}×{cols} k={k}: {e}"));
+        .top_k_rows_with(&gpu.upload(&data).unwrap(), rows, cols, k, order, algorithm)
+        .unwrap_or_else(|e| panic!("{rows}×{cols} k={k} {algorithm:?}: {e}"));
     let (values, indices) = (gpu.download(&top.values).unwrap(), gpu.download(&top.indices).unwrap());
     for r in 0..rows {
         let got: Vec<(u64, u64)> = (r * k..(r + 1) * k).map(|i| (values[i].exact(), indices[i])).collect();
@@ -36,7 +48,7 @@ fn check_dense<K: TestKey>(gpu: &Gpu, rows: usize, cols: usize, k: usize, order:
         let first_difference = got.iter().zip(&want).position(|(a, b)| a != b);
         assert!(
             first_difference.is_none(),
-            "{} {rows}×{cols} k={k} {order:?}, row {r} ({:?}): rank {first_difference:?} got {:?}, want {:?}",
+            "{} {rows}×{cols} k={k} {order:?} {algorithm:?}, row {r} ({:?}): rank {first_difference:?} got {:?}, want {:?}",
             K::NAME,
             DISTRIBUTIONS[r % 8],
             first_difference.map(|i| got[i]),
@@ -129,6 +141,16 @@ fn large_queues_and_k_beyond_them() {
 }
 
 fn check_ragged<K: TestKey>(gpu: &Gpu, lens: &[usize], k: usize, order: Order) {
+    check_ragged_with::<K>(gpu, lens, k, order, RowsAlgorithm::Auto);
+}
+
+fn check_ragged_with<K: TestKey>(
+    gpu: &Gpu,
+    lens: &[usize],
+    k: usize,
+    order: Order,
+    algorithm: RowsAlgorithm,
+) {
     let rows: Vec<Vec<K>> = lens
         .iter()
         .enumerate()
@@ -140,15 +162,21 @@ fn check_ragged<K: TestKey>(gpu: &Gpu, lens: &[usize], k: usize, order: Order) {
     }
     let data: Vec<K> = rows.concat();
     let top = gpu
-        .top_k_rows_ragged(&gpu.upload(&data).unwrap(), &gpu.upload(&offsets).unwrap(), k, order)
-        .unwrap_or_else(|e| panic!("ragged k={k}: {e}"));
+        .top_k_rows_ragged_with(
+            &gpu.upload(&data).unwrap(),
+            &gpu.upload(&offsets).unwrap(),
+            k,
+            order,
+            algorithm,
+        )
+        .unwrap_or_else(|e| panic!("ragged k={k} {algorithm:?}: {e}"));
     let (values, indices) = (gpu.download(&top.values).unwrap(), gpu.download(&top.indices).unwrap());
     for (r, row) in rows.iter().enumerate() {
         let got: Vec<(u64, u64)> = (r * k..(r + 1) * k).map(|i| (values[i].exact(), indices[i])).collect();
         assert_eq!(
             got,
             expected_row(row, k, order),
-            "{} ragged k={k} {order:?}, row {r} of {}",
+            "{} ragged k={k} {order:?} {algorithm:?}, row {r} of {}",
             K::NAME,
             row.len()
         );
@@ -181,6 +209,74 @@ fn many_ragged_rows_one_warp_each() {
         check_ragged::<f32>(&gpu, &lens, 50, order);
         check_ragged::<u64>(&gpu, &lens, 200, order);
     }
+}
+
+/// Radix selection: rows that need no histogram pass (≤ 2048 keys), one pass (uniform),
+/// several (few distinct keys, specials), and every bit chosen with the ties still too many
+/// (all-equal and two-valued rows longer than 2048: ties placed in column order); k = 1,
+/// k = 2048 (the candidates' capacity) and k = cols; every key type, both orders.
+fn radix_shapes(gpu: &Gpu) -> Vec<(usize, usize, usize)> {
+    let mut shapes = vec![(8, 3000, 1000), (8, 2048, 2048), (8, 5000, 1), (8, 700, 300), (8, 2300, 2300)];
+    if !common::on_emulator(gpu) {
+        shapes.extend([
+            (1000, 5000, 1000),
+            (64, 131_072, 1024),
+            (64, 131_072, 50),
+            (200, 32_000, 2048),
+            (4300, 2000, 700),
+            (16, 1 << 20, 257),
+        ]);
+    }
+    shapes
+}
+
+fn check_radix<K: TestKey>() {
+    let gpu = common::gpu();
+    for (rows, cols, k) in radix_shapes(&gpu) {
+        for order in [Order::Smallest, Order::Largest] {
+            check_dense_with::<K>(&gpu, rows, cols, k, order, RowsAlgorithm::RadixSelect);
+        }
+    }
+}
+
+#[test]
+fn radix_rows_f32() {
+    check_radix::<f32>();
+}
+#[test]
+fn radix_rows_f64() {
+    check_radix::<f64>();
+}
+#[test]
+fn radix_rows_i32() {
+    check_radix::<i32>();
+}
+#[test]
+fn radix_rows_u32() {
+    check_radix::<u32>();
+}
+#[test]
+fn radix_rows_i64() {
+    check_radix::<i64>();
+}
+#[test]
+fn radix_rows_u64() {
+    check_radix::<u64>();
+}
+
+/// Radix selection over ragged rows: empty rows, rows shorter than k (padded), rows that
+/// start anywhere, and the choice of the two kernels agreeing on one batch.
+#[test]
+fn radix_ragged_rows() {
+    let gpu = common::gpu();
+    let lens = [0, 1, 31, 2049, 0, 257, 5000, 64, 3, 20_000, 2048];
+    for order in [Order::Smallest, Order::Largest] {
+        for k in [1, 300, 2048] {
+            check_ragged_with::<f32>(&gpu, &lens, k, order, RowsAlgorithm::RadixSelect);
+            check_ragged_with::<u64>(&gpu, &lens, k, order, RowsAlgorithm::RadixSelect);
+        }
+    }
+    check_ragged_with::<i32>(&gpu, &lens, 40, Order::Largest, RowsAlgorithm::WarpSelect);
 }
 
 #[test]

@@ -3,3 +3,4 @@
 pub mod bitonic;
 pub mod radix;
 pub mod rows;
+pub mod rows_radix;

@@ -11,7 +11,7 @@ use gpu_select_kernels::topk::bitonic::MAX_BITONIC_K;
 
 use self::bitonic::{BitonicPlan, BitonicWorkspace};
 use self::radix::{RadixPlan, RadixWorkspace};
-pub use self::rows::PADDING_INDEX;
+pub use self::rows::{PADDING_INDEX, RADIX_ROWS_MIN_K, RowsAlgorithm};
 use self::sample::{SampleTopKPlan, SampleTopKWorkspace};
 
 use crate::buffer::DeviceBuffer;

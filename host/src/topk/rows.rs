@@ -1,14 +1,20 @@
 //! Batched top-k: the `k` best of every row of a matrix, or of rows of varying length.
 //!
-//! `k ≤ 2048`: WarpSelect queues ([`gpu_select_kernels::topk::rows`]): a warp per row when
-//! rows are many, a block of four warps per row (BlockSelect) otherwise, or several blocks
-//! per row and a merge pass when the rows are too few to fill the GPU.
+//! `k ≤ 2048`, two kernels ([`RowsAlgorithm`]):
+//! - WarpSelect queues ([`gpu_select_kernels::topk::rows`]): a warp per row when rows are
+//!   many, a block of four warps per row (BlockSelect) otherwise, or several blocks per row
+//!   and a merge pass when the rows are too few to fill the GPU;
+//! - radix selection, a block per row ([`gpu_select_kernels::topk::rows_radix`]): histogram
+//!   passes narrow the candidates to at most 2048, one more read gathers them, a block sort
+//!   orders them.
+//!
 //! Larger `k`: each row goes through [`Gpu::top_k_into`] (radix select or SampleSelect, no
 //! `k` limit), so no caller meets a queue ceiling.
 
 use gpu_select_kernels::entry::KernelId;
 use gpu_select_kernels::params::GlobalPtr;
 use gpu_select_kernels::topk::rows::{NO_INDEX, ROWS_THREADS, RowsLayout, RowsParams};
+use gpu_select_kernels::topk::rows_radix::{MAX_RADIX_ROWS_K, RADIX_ROWS_THREADS, RadixRowsLayout};
 use gpu_select_kernels::warp::select::{MAX_QUEUE_K, queue_registers};
 
 use super::{TopK, TopKOptions};
@@ -22,6 +28,33 @@ use crate::{Order, SelectKey};
 /// the order (`+inf` / `MAX` for the smallest keys, `-inf` / `MIN` for the largest).
 pub const PADDING_INDEX: u64 = NO_INDEX;
 
+/// Which kernel a batched top-k runs for `k ≤ 2048` (larger `k` always takes one top-k per
+/// row). [`RowsAlgorithm::Auto`] picks; the others are for callers who measured their own
+/// shapes, and for tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RowsAlgorithm {
+    /// [`RowsAlgorithm::RadixSelect`] for `k ≥` [`RADIX_ROWS_MIN_K`], and for dense rows
+    /// too few to fill the GPU (radix selection then splits each row over several blocks);
+    /// [`RowsAlgorithm::WarpSelect`] otherwise. Measured on an H100 (docs/rows.md): radix
+    /// 2.0–2.4× faster at `k` = 1000 on 10 000 rows, 4.9× at 64 × 131 072, `k` = 1024, and
+    /// 1.3× at 64 × 131 072, `k` = 50; the queues 1.1–1.5× faster at `k` = 100 on 10 000
+    /// long rows, 4.4× on rows of 1 000. `GPU_SELECT_ROWS_ALGORITHM` = `warp-select` or
+    /// `radix-select` overrides the choice (a measurement hook for benchmarks).
+    #[default]
+    Auto,
+    /// WarpSelect queues in registers: one read of each row, but every key that enters a
+    /// queue costs merges that grow with `k`. Wins for small `k` (tens to a few hundred),
+    /// and for few long rows, which it splits over several blocks.
+    WarpSelect,
+    /// Radix selection, a block per row: histogram passes over the row until at most 2048
+    /// keys can be among its `k` best (usually one pass), a read that gathers them, and a
+    /// block sort. About two reads of each row whatever `k` is: wins for large `k`.
+    RadixSelect,
+}
+
+/// The smallest `k` [`RowsAlgorithm::Auto`] hands to radix selection.
+pub const RADIX_ROWS_MIN_K: usize = 257;
+
 /// Warps of a BlockSelect block.
 const WARPS_PER_BLOCK: u32 = ROWS_THREADS / 32;
 /// Blocks per multiprocessor the split of long rows aims for.
@@ -29,6 +62,11 @@ const TARGET_BLOCKS_PER_SM: u32 = 8;
 /// A block's part of a split row holds at least this many keys (and 4 queues' worth), so
 /// that the merge pass stays small next to the first.
 const MIN_PART_LEN: u64 = 4096;
+/// Blocks per multiprocessor the radix kernel's split of long rows aims for: two fit at
+/// its registers.
+const RADIX_TARGET_BLOCKS_PER_SM: u32 = 2;
+/// A radix block's part of a split row holds at least this many keys.
+const MIN_RADIX_PART_LEN: u64 = 8192;
 /// The most blocks one row is split over.
 const MAX_BLOCKS_PER_ROW: u64 = 256;
 
@@ -99,12 +137,45 @@ impl Gpu {
         k: usize,
         order: Order,
     ) -> Result<TopK<K>> {
-        let bytes = self.top_k_rows_workspace_bytes::<K>(rows, cols, k, order)?;
+        self.top_k_rows_with(data, rows, cols, k, order, RowsAlgorithm::Auto)
+    }
+
+    /// [`Gpu::top_k_rows`] with the kernel chosen by the caller.
+    ///
+    /// ```
+    /// use gpu_select::{Gpu, Order, RowsAlgorithm};
+    ///
+    /// let gpu = Gpu::emulator();
+    /// let matrix = gpu.upload(&[3.0f32, 9.0, 1.0, 7.0, /* row 1: */ 5.0, 5.0, 8.0, -2.0])?;
+    /// let top = gpu.top_k_rows_with(&matrix, 2, 4, 2, Order::Smallest, RowsAlgorithm::RadixSelect)?;
+    /// assert_eq!(gpu.download(&top.values)?, [1.0, 3.0, -2.0, 5.0]);
+    /// assert_eq!(gpu.download(&top.indices)?, [2, 0, 3, 0]);
+    /// # Ok::<(), gpu_select::Error>(())
+    /// ```
+    pub fn top_k_rows_with<K: SelectKey>(
+        &self,
+        data: &DeviceBuffer<K>,
+        rows: usize,
+        cols: usize,
+        k: usize,
+        order: Order,
+        algorithm: RowsAlgorithm,
+    ) -> Result<TopK<K>> {
+        data.check_gpu(self, "the data")?;
+        let shape = dense_shape(rows, cols, k)?;
+        if data.len() != rows * cols {
+            return Err(Error::LengthMismatch {
+                what: "matrix keys (rows · cols)",
+                expected: rows * cols,
+                actual: data.len(),
+            });
+        }
+        let bytes = self.rows_workspace_bytes::<K>(shape, k, order, algorithm)?;
         let mut workspace = self.alloc_zeroed::<u8>(bytes)?;
-        let total = rows * k; // checked by the workspace query
+        let total = rows * k; // checked by dense_shape
         let mut out =
             TopK { values: self.alloc_zeroed::<K>(total)?, indices: self.alloc_zeroed::<u64>(total)? };
-        self.top_k_rows_into(data, rows, cols, k, order, &mut workspace, &mut out)?;
+        self.select_rows(data, shape, k, order, algorithm, &mut workspace, &mut out)?;
         if bytes > 0 {
             // The workspace is freed on drop; wait for the kernels that use it.
             self.synchronize()?;
@@ -122,15 +193,36 @@ impl Gpu {
         k: usize,
         order: Order,
     ) -> Result<usize> {
-        self.rows_workspace_bytes::<K>(dense_shape(rows, cols, k)?, k, order)
+        self.rows_workspace_bytes::<K>(dense_shape(rows, cols, k)?, k, order, RowsAlgorithm::Auto)
     }
 
-    /// Workspace bytes of `select_rows`: the split's candidates for `k ≤ MAX_QUEUE_K`,
-    /// else the largest top-k workspace over the non-empty rows.
-    fn rows_workspace_bytes<K: SelectKey>(&self, shape: Rows, k: usize, order: Order) -> Result<usize> {
-        if k <= MAX_QUEUE_K as usize {
-            let parts = blocks_per_row(shape, k as u32, self.limits().multiprocessors);
-            return Ok(if parts == 1 { 0 } else { candidates_bytes::<K>(shape.count * parts * k as u64) });
+    /// Workspace bytes of `select_rows`: none for radix selection, the split's candidates
+    /// for the queues, else the largest top-k workspace over the non-empty rows.
+    fn rows_workspace_bytes<K: SelectKey>(
+        &self,
+        shape: Rows,
+        k: usize,
+        order: Order,
+        algorithm: RowsAlgorithm,
+    ) -> Result<usize> {
+        match resolve(algorithm, shape, k, self.limits().multiprocessors) {
+            Some(RowsAlgorithm::RadixSelect) => {
+                let parts = radix_blocks_per_row(shape, k as u32, self.limits().multiprocessors);
+                return Ok(if parts == 1 {
+                    0
+                } else {
+                    candidates_bytes::<K>(shape.count * parts * k as u64)
+                });
+            }
+            Some(_) => {
+                let parts = blocks_per_row(shape, k as u32, self.limits().multiprocessors);
+                return Ok(if parts == 1 {
+                    0
+                } else {
+                    candidates_bytes::<K>(shape.count * parts * k as u64)
+                });
+            }
+            None => {}
         }
         let options = TopKOptions::new(order);
         (0..shape.distinct())
@@ -183,9 +275,9 @@ impl Gpu {
             });
         }
         self.check_outputs(out, rows * k, ["row top-k output values", "row top-k output indices"])?;
-        let needed = self.rows_workspace_bytes::<K>(shape, k, order)?;
+        let needed = self.rows_workspace_bytes::<K>(shape, k, order, RowsAlgorithm::Auto)?;
         self.check_workspace(workspace, needed, "row top-k workspace bytes (at least)")?;
-        self.select_rows(data, shape, k, order, workspace, out)
+        self.select_rows(data, shape, k, order, RowsAlgorithm::Auto, workspace, out)
     }
 
     /// [`Gpu::top_k_rows`] for rows of varying length, given by `offsets` as in CSR: row
@@ -214,6 +306,18 @@ impl Gpu {
         offsets: &DeviceBuffer<u64>,
         k: usize,
         order: Order,
+    ) -> Result<TopK<K>> {
+        self.top_k_rows_ragged_with(data, offsets, k, order, RowsAlgorithm::Auto)
+    }
+
+    /// [`Gpu::top_k_rows_ragged`] with the kernel chosen by the caller.
+    pub fn top_k_rows_ragged_with<K: SelectKey>(
+        &self,
+        data: &DeviceBuffer<K>,
+        offsets: &DeviceBuffer<u64>,
+        k: usize,
+        order: Order,
+        algorithm: RowsAlgorithm,
     ) -> Result<TopK<K>> {
         data.check_gpu(self, "the data")?;
         offsets.check_gpu(self, "the row offsets")?;
@@ -249,11 +353,11 @@ impl Gpu {
         let total = rows
             .checked_mul(k)
             .ok_or_else(|| Error::invalid(format!("{rows} rows × k = {k} overflow usize")))?;
-        let bytes = self.rows_workspace_bytes::<K>(shape, k, order)?;
+        let bytes = self.rows_workspace_bytes::<K>(shape, k, order, algorithm)?;
         let mut workspace = self.alloc_zeroed::<u8>(bytes)?;
         let mut out =
             TopK { values: self.alloc_zeroed::<K>(total)?, indices: self.alloc_zeroed::<u64>(total)? };
-        self.select_rows(data, shape, k, order, &mut workspace, &mut out)?;
+        self.select_rows(data, shape, k, order, algorithm, &mut workspace, &mut out)?;
         // The workspace (and the padding of long k) is freed on drop; wait for its readers.
         self.synchronize()?;
         Ok(out)
@@ -275,22 +379,81 @@ impl Gpu {
         Ok((self.download(&top.values)?, self.download(&top.indices)?))
     }
 
-    /// The dispatch: the queue kernels for `k ≤ MAX_QUEUE_K`, else one top-k per row;
-    /// `workspace` sized by the caller for the path taken.
+    /// The dispatch: radix selection or the queue kernels for `k ≤ 2048` ([`resolve`]),
+    /// else one top-k per row; `workspace` sized by the caller for the path taken.
+    #[allow(clippy::too_many_arguments)]
     fn select_rows<K: SelectKey>(
         &self,
         data: &DeviceBuffer<K>,
         rows: Rows,
         k: usize,
         order: Order,
+        algorithm: RowsAlgorithm,
         workspace: &mut DeviceBuffer<u8>,
         out: &mut TopK<K>,
     ) -> Result<()> {
-        if k <= MAX_QUEUE_K as usize {
-            self.block_select_rows(data, rows, k as u32, order, workspace, out)
-        } else {
-            self.top_k_each_row(data, rows, k, order, workspace, out)
+        match resolve(algorithm, rows, k, self.limits().multiprocessors) {
+            Some(RowsAlgorithm::RadixSelect) => {
+                self.radix_select_rows(data, rows, k as u32, order, workspace, out)
+            }
+            Some(_) => self.block_select_rows(data, rows, k as u32, order, workspace, out),
+            None => self.top_k_each_row(data, rows, k, order, workspace, out),
         }
+    }
+
+    /// The radix kernel, a block per row, or (few long dense rows) a block per part of a
+    /// row and a second pass over the parts' candidates in `workspace`.
+    fn radix_select_rows<K: SelectKey>(
+        &self,
+        data: &DeviceBuffer<K>,
+        rows: Rows,
+        k: u32,
+        order: Order,
+        workspace: &mut DeviceBuffer<u8>,
+        out: &mut TopK<K>,
+    ) -> Result<()> {
+        let launch = |params: RowsParams<K>, blocks: u64| {
+            if blocks > i32::MAX as u64 {
+                return Err(Error::invalid(format!("{blocks} blocks: too many rows for one launch")));
+            }
+            let shape = LaunchShape {
+                grid: (blocks as u32, 1),
+                block_threads: RADIX_ROWS_THREADS,
+                shared_bytes: RadixRowsLayout::<K::Bits>::new().bytes,
+            };
+            self.launch(K::ROWS_RADIX, shape, params)
+        };
+        let params = RowsParams {
+            keys_in: data.global_ptr(),
+            indices_in: GlobalPtr::null(),
+            row_offsets: rows.offsets,
+            keys_out: out.values.global_ptr(),
+            indices_out: out.indices.global_ptr(),
+            rows: rows.count,
+            cols: rows.cols,
+            row_stride: rows.cols,
+            k,
+            order: order.to_raw(),
+            blocks_per_row: 1,
+            warps_per_part: RADIX_ROWS_THREADS / 32,
+        };
+        let parts = radix_blocks_per_row(rows, k, self.limits().multiprocessors);
+        if parts == 1 {
+            return launch(params, rows.count);
+        }
+        let (keys, indices) = split_candidates::<K>(workspace, rows.count * parts * k as u64);
+        let first =
+            RowsParams { keys_out: keys, indices_out: indices, blocks_per_row: parts as u32, ..params };
+        launch(first, rows.count * parts)?;
+        let candidates_per_row = parts * k as u64;
+        let merge = RowsParams {
+            keys_in: keys,
+            indices_in: indices,
+            cols: candidates_per_row,
+            row_stride: candidates_per_row,
+            ..params
+        };
+        launch(merge, rows.count)
     }
 
     /// The queue kernel over every row: a warp per row when rows are many, a block per row
@@ -340,10 +503,7 @@ impl Gpu {
         // then keys), then each row's k best of its parts' candidates (dense rows of
         // parts · k, indices carried along).
         let candidates_per_row = parts * k as u64;
-        let candidates = rows.count * candidates_per_row;
-        debug_assert!(workspace.len() >= candidates_bytes::<K>(candidates));
-        let indices = GlobalPtr::<u64>::from_address(workspace.global_ptr().address());
-        let keys = GlobalPtr::<K>::from_address(indices.offset(candidates).address());
+        let (keys, indices) = split_candidates::<K>(workspace, rows.count * candidates_per_row);
         let first =
             RowsParams { keys_out: keys, indices_out: indices, blocks_per_row: parts as u32, ..params };
         launch(first, rows.count * parts)?;
@@ -408,6 +568,25 @@ impl Gpu {
     }
 }
 
+/// The kernel `algorithm` runs for `k` on `rows`: `None` when `k` is beyond both (one
+/// top-k per row). [`RowsAlgorithm::Auto`] as documented there.
+fn resolve(algorithm: RowsAlgorithm, rows: Rows, k: usize, multiprocessors: u32) -> Option<RowsAlgorithm> {
+    const _: () = assert!(MAX_QUEUE_K == MAX_RADIX_ROWS_K, "both kernels take k up to the same bound");
+    if k > MAX_QUEUE_K as usize {
+        return None;
+    }
+    Some(match algorithm {
+        RowsAlgorithm::Auto => match std::env::var("GPU_SELECT_ROWS_ALGORITHM").as_deref() {
+            Ok("warp-select") => RowsAlgorithm::WarpSelect,
+            Ok("radix-select") => RowsAlgorithm::RadixSelect,
+            _ if k >= RADIX_ROWS_MIN_K => RowsAlgorithm::RadixSelect,
+            _ if radix_blocks_per_row(rows, k as u32, multiprocessors) > 1 => RowsAlgorithm::RadixSelect,
+            _ => RowsAlgorithm::WarpSelect,
+        },
+        chosen => chosen,
+    })
+}
+
 /// Checks a dense shape (as [`Gpu::top_k_rows`] documents) and describes it.
 fn dense_shape(rows: usize, cols: usize, k: usize) -> Result<Rows<'static>> {
     if rows == 0 || cols == 0 {
@@ -432,6 +611,14 @@ fn dense_shape(rows: usize, cols: usize, k: usize) -> Result<Rows<'static>> {
 /// Workspace bytes for `candidates` keys and indices of a split row's first pass.
 fn candidates_bytes<K>(candidates: u64) -> usize {
     candidates as usize * (size_of::<u64>() + size_of::<K>())
+}
+
+/// The workspace carved for `candidates` of a split row's first pass: their keys and
+/// indices (indices first, so both stay aligned).
+fn split_candidates<K>(workspace: &DeviceBuffer<u8>, candidates: u64) -> (GlobalPtr<K>, GlobalPtr<u64>) {
+    debug_assert!(workspace.len() >= candidates_bytes::<K>(candidates));
+    let indices = GlobalPtr::<u64>::from_address(workspace.global_ptr().address());
+    (GlobalPtr::<K>::from_address(indices.offset(candidates).address()), indices)
 }
 
 fn check_k(k: usize) -> Result<()> {
@@ -473,6 +660,19 @@ fn blocks_per_row(rows: Rows, k: u32, multiprocessors: u32) -> u64 {
     target.div_ceil(rows.count).min(rows.mean_len / min_part).clamp(1, MAX_BLOCKS_PER_ROW)
 }
 
+/// Blocks per row of the radix kernel: a part per block when the rows alone give fewer
+/// than [`RADIX_TARGET_BLOCKS_PER_SM`] blocks per multiprocessor, parts of at least
+/// [`MIN_RADIX_PART_LEN`] and `k` keys. Ragged rows are not split: a short row's parts
+/// could hold fewer than `k` keys, and padding must not reach the second pass.
+fn radix_blocks_per_row(rows: Rows, k: u32, multiprocessors: u32) -> u64 {
+    let target = (multiprocessors * RADIX_TARGET_BLOCKS_PER_SM) as u64;
+    if rows.host_offsets.is_some() || rows.count >= target {
+        return 1;
+    }
+    let min_part = MIN_RADIX_PART_LEN.max(k as u64);
+    target.div_ceil(rows.count).min(rows.cols / min_part).clamp(1, MAX_BLOCKS_PER_ROW)
+}
+
 /// The kernel for `k` (its queue of `32·Q`) and its shared memory.
 fn rows_kernel<K: SelectKey>(k: u32) -> (KernelId<RowsParams<K>>, usize) {
     let q = queue_registers(k);
@@ -505,6 +705,34 @@ mod tests {
         assert!(warp_per_row(rows(4224, 1000), 132));
         assert!(!warp_per_row(rows(4223, 1000), 132));
         assert!(!warp_per_row(rows(64, 131_072), 132));
+    }
+
+    #[test]
+    fn auto_takes_radix_for_large_k_and_few_long_rows() {
+        if std::env::var_os("GPU_SELECT_ROWS_ALGORITHM").is_some() {
+            return; // the measurement hook decides
+        }
+        let auto = |shape, k| resolve(RowsAlgorithm::Auto, shape, k, 132);
+        assert_eq!(auto(rows(10_000, 128_000), 100), Some(RowsAlgorithm::WarpSelect));
+        assert_eq!(auto(rows(10_000, 128_000), 256), Some(RowsAlgorithm::WarpSelect));
+        assert_eq!(auto(rows(10_000, 128_000), 257), Some(RowsAlgorithm::RadixSelect));
+        assert_eq!(auto(rows(64, 131_072), 50), Some(RowsAlgorithm::RadixSelect));
+        assert_eq!(auto(rows(64, 131_072), 2049), None);
+        assert_eq!(
+            resolve(RowsAlgorithm::WarpSelect, rows(64, 131_072), 1024, 132),
+            Some(RowsAlgorithm::WarpSelect)
+        );
+    }
+
+    #[test]
+    fn radix_splits_only_few_long_dense_rows() {
+        assert_eq!(radix_blocks_per_row(rows(10_000, 128_000), 1000, 132), 1);
+        assert_eq!(radix_blocks_per_row(rows(64, 131_072), 1024, 132), 5);
+        assert_eq!(radix_blocks_per_row(rows(1, 1 << 20), 2048, 132), 128);
+        assert_eq!(radix_blocks_per_row(rows(4, 9000), 300, 132), 1, "parts would be too short");
+        let offsets = [0, 100_000, 200_000];
+        let ragged = Rows { host_offsets: Some(&offsets), ..rows(2, 100_000) };
+        assert_eq!(radix_blocks_per_row(ragged, 100, 132), 1);
     }
 
     #[test]

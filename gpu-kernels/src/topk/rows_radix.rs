@@ -1,0 +1,472 @@
+//! Batched top-k by radix selection, a block per row: the `k` best of every row for `k` up
+//! to [`MAX_RADIX_ROWS_K`], in about two reads of the row whatever `k` is.
+//!
+//! The queues of [`crate::topk::rows`] pay for every key that enters them with merges whose
+//! size grows with `k`; at `k` in the hundreds and thousands those merges, not the reads,
+//! set the time. Here the cost of `k` is one sort of at most [`CAPACITY`] candidates:
+//!
+//! 1. **Narrow.** Keys are ranked by their ordered bits (complemented for "largest", so the
+//!    best keys always have the smallest ranks). While the keys that could be among the
+//!    row's `k` best number more than [`CAPACITY`], the block builds a histogram of the next
+//!    [`DIGIT_BITS`] bits of the ranks that share the prefix chosen so far (shared-memory
+//!    atomics, runs of equal digits added at once), and a scan over its bins picks the digit
+//!    of the `k`-th best. Each such pass reads the row once; 32-bit keys need at most three,
+//!    64-bit keys six, and uniform keys usually one (a bin of 2048 holds few keys).
+//! 2. **Collect.** One more read gathers every key whose rank is at most the prefix's
+//!    largest rank, `better + in_prefix ≤ CAPACITY` of them, into shared memory (ranks and
+//!    positions, slots taken by a shared atomic counter).
+//! 3. **Sort** the candidates with the block bitonic sort ([`sort_slots`]), by (rank,
+//!    position), and write the first `k`: the key read back from the row (bit for bit), and
+//!    its column (or `indices_in`).
+//!
+//! **Ties.** When every bit is chosen and the keys equal to the `k`-th best still overflow
+//! the candidates, the collect pass places keys in column order (warp ballots, a scan over
+//! the tile's warps) and keeps the first ties only; it stops reading once it has them and
+//! every better key. So ties are always broken by lower column, as the sort breaks them, and
+//! a row of equal keys costs its histogram passes and a read of its first `k` keys.
+//!
+//! Rows, parts and outputs are laid out as in [`RowsParams`]: block `p` takes part
+//! `p % blocks_per_row` of row `p / blocks_per_row` (`warps_per_part` is ignored) and writes
+//! its `k` best at `p · k`; parts shorter than `k` are padded as there. A split row's parts
+//! go through this kernel again as dense rows of `blocks_per_row · k` candidates with
+//! `indices_in`; that second pass skips no input, so the host splits only rows whose parts
+//! hold at least `k` keys (no padding among the candidates).
+
+use crate::block;
+use crate::block::bitonic_sort::{
+    BlockSortLayout, MAX_BLOCK_SORT_LEN, PAIRS_PER_THREAD, SORT_THREADS, sort_capacity, sort_slots,
+};
+use crate::device::{self, SharedLayout, SharedRegion, SharedSlice};
+use crate::key::{Key, OrderedBits};
+use crate::params::{GlobalPtr, Order};
+use crate::topk::rows::{NO_INDEX, RowsParams};
+use crate::warp;
+use crate::warp::bitonic::WarpPairs;
+
+/// Threads per block: the block sort's.
+pub const RADIX_ROWS_THREADS: u32 = SORT_THREADS;
+/// Bits of a histogram pass's digit.
+pub const DIGIT_BITS: u32 = 11;
+/// Bins of a histogram pass.
+const BINS: usize = 1 << DIGIT_BITS;
+/// Consecutive bins each thread sums for the scan.
+const BINS_PER_THREAD: usize = BINS / RADIX_ROWS_THREADS as usize;
+/// Candidates the block sorts at most: the block sort's slots.
+pub const CAPACITY: u64 = MAX_BLOCK_SORT_LEN as u64;
+/// The largest `k`: the candidates hold at least the `k` best.
+pub const MAX_RADIX_ROWS_K: u32 = MAX_BLOCK_SORT_LEN;
+/// Warps per block.
+const WARPS: usize = (RADIX_ROWS_THREADS / 32) as usize;
+/// Keys per thread and tile, all loaded before any is used.
+const ITEMS: usize = 16;
+/// Keys a block reads per tile.
+const TILE: u64 = RADIX_ROWS_THREADS as u64 * ITEMS as u64;
+/// Entries of one set of ordered-placement counts: one per (item, warp), plus the total.
+const PLACEMENT_SET: usize = ITEMS * WARPS + 1;
+
+/// Shared memory of `top_k_rows_radix_<key>`.
+#[derive(Clone, Copy, Debug)]
+pub struct RadixRowsLayout<B> {
+    /// The histogram of the digit being narrowed.
+    pub histogram: SharedRegion<u32>,
+    /// Per-warp sums of the bin scan.
+    pub warp_sums: SharedRegion<u64>,
+    /// The chosen digit, the keys in bins before it, and its bin's keys.
+    pub choice: SharedRegion<u64>,
+    /// The collect pass's next free candidate slot.
+    pub next_slot: SharedRegion<u32>,
+    /// Two sets (alternating by tile) of packed (better, tie) counts per (item, warp) for the
+    /// ordered placement of ties, scanned in place, plus the tile's total.
+    pub placement: SharedRegion<u32>,
+    /// The candidates (ranks and positions), then the sort's slots.
+    pub sort: BlockSortLayout<B>,
+    /// Bytes to ask for at launch.
+    pub bytes: usize,
+}
+
+impl<B> RadixRowsLayout<B> {
+    /// The layout.
+    pub const fn new() -> Self {
+        let (layout, histogram) = SharedLayout::new().push::<u32>(BINS);
+        let (layout, warp_sums) = layout.push::<u64>(WARPS);
+        let (layout, choice) = layout.push::<u64>(3);
+        let (layout, next_slot) = layout.push::<u32>(1);
+        let (layout, placement) = layout.push::<u32>(2 * PLACEMENT_SET);
+        let (layout, sort) = BlockSortLayout::after(layout, MAX_BLOCK_SORT_LEN);
+        Self { histogram, warp_sums, choice, next_slot, placement, sort, bytes: layout.bytes() }
+    }
+}
+
+impl<B> Default for RadixRowsLayout<B> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// One row and how its keys rank.
+#[derive(Clone, Copy)]
+struct Row<K: Key> {
+    keys: GlobalPtr<K>,
+    start: u64,
+    len: u64,
+    /// XOR-ed into the ordered bits: all ones for "largest".
+    flip: K::Bits,
+}
+
+impl<K: Key> Row<K> {
+    #[inline(always)]
+    fn rank(&self, key: K) -> K::Bits {
+        key.to_ordered().xor(self.flip)
+    }
+
+    /// Calls `visit(rank, position)` for every key of the row, each thread for its own
+    /// (positions `tile + 256·i + thread`): a tile's [`ITEMS`] loads per thread are all
+    /// issued before the first key is visited.
+    #[inline(always)]
+    unsafe fn for_each(&self, mut visit: impl FnMut(K::Bits, u64)) {
+        let thread = device::thread_idx_x() as u64;
+        let mut tile = 0;
+        while tile + TILE <= self.len {
+            let mut keys = [K::default(); ITEMS];
+            for (i, key) in keys.iter_mut().enumerate() {
+                *key = unsafe {
+                    self.keys.read(self.start + tile + i as u64 * RADIX_ROWS_THREADS as u64 + thread)
+                };
+            }
+            for (i, key) in keys.iter().enumerate() {
+                visit(self.rank(*key), tile + i as u64 * RADIX_ROWS_THREADS as u64 + thread);
+            }
+            tile += TILE;
+        }
+        for i in 0..ITEMS as u64 {
+            let position = tile + i * RADIX_ROWS_THREADS as u64 + thread;
+            if position < self.len {
+                visit(self.rank(unsafe { self.keys.read(self.start + position) }), position);
+            }
+        }
+    }
+}
+
+/// Counts digits into the histogram, a run of equal digits with one atomic (CUB's trick):
+/// rows of equal or sorted keys would otherwise serialise on one bin.
+struct DigitRuns {
+    digit: u32,
+    count: u32,
+}
+
+impl DigitRuns {
+    #[inline(always)]
+    unsafe fn add(&mut self, histogram: &SharedSlice<u32>, digit: u32) {
+        if digit != self.digit {
+            unsafe { self.flush(histogram) };
+            self.digit = digit;
+        }
+        self.count += 1;
+    }
+
+    #[inline(always)]
+    unsafe fn flush(&mut self, histogram: &SharedSlice<u32>) {
+        if self.count != 0 {
+            unsafe { histogram.atomic_add(self.digit as usize, self.count) };
+            self.count = 0;
+        }
+    }
+}
+
+/// What the narrowing has found: the `k`-th best's rank agrees with `prefix` above bit
+/// `shift`; `better` keys rank below every key with that prefix, and `in_prefix` share it.
+#[derive(Clone, Copy)]
+struct Narrowed<B> {
+    shift: u32,
+    prefix: B,
+    better: u64,
+    in_prefix: u64,
+}
+
+impl<B: OrderedBits> Narrowed<B> {
+    #[inline(always)]
+    fn has_prefix(&self, rank: B) -> bool {
+        self.shift >= B::BITS || rank.shr(self.shift) == self.prefix.shr(self.shift)
+    }
+
+    /// The largest rank with the prefix.
+    fn upper(&self) -> B {
+        match self.shift {
+            0 => self.prefix,
+            shift if shift >= B::BITS => B::MAX,
+            shift => self.prefix.xor(B::MAX.shr(B::BITS - shift)),
+        }
+    }
+}
+
+/// One histogram pass: the next digit of the `wanted`-th best rank among those with the
+/// prefix. Ends with the narrowed state every thread agrees on.
+///
+/// # Safety
+/// *Block-wide*; `narrowed.shift > 0` and `better < wanted ≤ better + in_prefix`.
+unsafe fn narrow<K: Key>(
+    row: &Row<K>,
+    layout: &RadixRowsLayout<K::Bits>,
+    narrowed: Narrowed<K::Bits>,
+    wanted: u64,
+) -> Narrowed<K::Bits> {
+    let (histogram, warp_sums, choice) =
+        unsafe { (layout.histogram.bind(), layout.warp_sums.bind(), layout.choice.bind()) };
+    let thread = device::thread_idx_x() as usize;
+    for j in 0..BINS_PER_THREAD {
+        unsafe { histogram.store(j * RADIX_ROWS_THREADS as usize + thread, 0) };
+    }
+    unsafe { device::sync_threads() };
+
+    let digit_shift = narrowed.shift.saturating_sub(DIGIT_BITS);
+    let digit_mask = (1u32 << (narrowed.shift - digit_shift)) - 1;
+    let mut runs = DigitRuns { digit: 0, count: 0 };
+    unsafe {
+        row.for_each(|rank, _| {
+            if narrowed.has_prefix(rank) {
+                runs.add(&histogram, rank.shr(digit_shift).low_u32() & digit_mask);
+            }
+        });
+        runs.flush(&histogram);
+        device::sync_threads();
+    }
+
+    // Thread t sums bins 8t .. 8t + 8; the thread whose bins hold the wanted-th publishes.
+    let mut counts = [0u32; BINS_PER_THREAD];
+    for (j, count) in counts.iter_mut().enumerate() {
+        *count = unsafe { histogram.load(thread * BINS_PER_THREAD + j) };
+    }
+    let sum: u64 = counts.iter().map(|&c| c as u64).sum();
+    let before = unsafe { block::scan::exclusive_scan_add_u64(sum, &warp_sums) };
+    let need = wanted - narrowed.better;
+    if before < need && need <= before + sum {
+        let mut running = before;
+        for (j, &count) in counts.iter().enumerate() {
+            if need <= running + count as u64 {
+                unsafe {
+                    choice.store(0, (thread * BINS_PER_THREAD + j) as u64);
+                    choice.store(1, running);
+                    choice.store(2, count as u64);
+                }
+                break;
+            }
+            running += count as u64;
+        }
+    }
+    unsafe { device::sync_threads() };
+    let (digit, before_digit, in_digit) = unsafe { (choice.load(0), choice.load(1), choice.load(2)) };
+    Narrowed {
+        shift: digit_shift,
+        prefix: narrowed.prefix.xor(K::Bits::from_u64(digit << digit_shift)),
+        better: narrowed.better + before_digit,
+        in_prefix: in_digit,
+    }
+}
+
+/// Gathers every key ranked at most `narrowed.upper()` into the candidate slots, in any
+/// order (the sort orders them). Returns their number.
+///
+/// # Safety
+/// *Block-wide*; `next_slot` is 0 and ordered before by a barrier; the candidates fit.
+unsafe fn collect<K: Key>(
+    row: &Row<K>,
+    layout: &RadixRowsLayout<K::Bits>,
+    narrowed: Narrowed<K::Bits>,
+) -> u64 {
+    let (next_slot, bits, positions) =
+        unsafe { (layout.next_slot.bind(), layout.sort.bits.bind(), layout.sort.positions.bind()) };
+    let upper = narrowed.upper();
+    unsafe {
+        row.for_each(|rank, position| {
+            if rank <= upper {
+                let slot = next_slot.atomic_add(0, 1) as usize;
+                bits.store(slot, rank);
+                positions.store(slot, position as u32);
+            }
+        });
+    }
+    narrowed.better + narrowed.in_prefix
+}
+
+/// The collect pass when the ties with the `wanted`-th best overflow the candidates (every
+/// bit chosen): keys better than it and its first ties in column order, ordered placement
+/// per tile; stops once all of them are placed. Returns `wanted`.
+///
+/// # Safety
+/// *Block-wide*; `narrowed.shift == 0`.
+unsafe fn collect_ties_in_order<K: Key>(
+    row: &Row<K>,
+    layout: &RadixRowsLayout<K::Bits>,
+    narrowed: Narrowed<K::Bits>,
+    wanted: u64,
+) -> u64 {
+    let (placement, bits, positions) =
+        unsafe { (layout.placement.bind(), layout.sort.bits.bind(), layout.sort.positions.bind()) };
+    let thread = device::thread_idx_x() as u64;
+    let (warp, lane) = (device::warp_id() as usize, device::lane_id() as usize);
+    let below_lane = device::lanemask_lt();
+    let ties_wanted = wanted - narrowed.better;
+    let (mut better_seen, mut ties_seen) = (0u64, 0u64);
+    let mut parity = 0;
+    let mut tile = 0;
+    while tile < row.len && (better_seen < narrowed.better || ties_seen < ties_wanted) {
+        let counts = parity * PLACEMENT_SET;
+        let mut better_votes = [0u32; ITEMS];
+        let mut tie_votes = [0u32; ITEMS];
+        let mut ranks = [K::Bits::MAX; ITEMS];
+        for i in 0..ITEMS {
+            let position = tile + (i * RADIX_ROWS_THREADS as usize) as u64 + thread;
+            let valid = position < row.len;
+            if valid {
+                ranks[i] = row.rank(unsafe { row.keys.read(row.start + position) });
+            }
+            let (is_better, is_tie) =
+                (valid && ranks[i] < narrowed.prefix, valid && ranks[i] == narrowed.prefix);
+            better_votes[i] = unsafe { device::ballot(device::FULL_WARP, is_better) };
+            tie_votes[i] = unsafe { device::ballot(device::FULL_WARP, is_tie) };
+            if lane == 0 {
+                let packed = better_votes[i].count_ones() | (tie_votes[i].count_ones() << 16);
+                unsafe { placement.store(counts + i * WARPS + warp, packed) };
+            }
+        }
+        unsafe { device::sync_threads() };
+        // Warp 0 turns the (item, warp) counts into exclusive offsets, in column order.
+        if warp == 0 {
+            const PER_LANE: usize = ITEMS * WARPS / 32;
+            let mut entries = [0u32; PER_LANE];
+            for (e, entry) in entries.iter_mut().enumerate() {
+                *entry = unsafe { placement.load(counts + PER_LANE * lane + e) };
+            }
+            let sum: u32 = entries.iter().sum();
+            let inclusive = unsafe { warp::inclusive_scan_add_u32(sum) };
+            let mut running = inclusive - sum;
+            for (e, entry) in entries.iter().enumerate() {
+                unsafe { placement.store(counts + PER_LANE * lane + e, running) };
+                running += entry;
+            }
+            if lane == 31 {
+                unsafe { placement.store(counts + ITEMS * WARPS, inclusive) };
+            }
+        }
+        unsafe { device::sync_threads() };
+        for i in 0..ITEMS {
+            let offset = unsafe { placement.load(counts + i * WARPS + warp) };
+            let position = (tile + (i * RADIX_ROWS_THREADS as usize) as u64 + thread) as u32;
+            if better_votes[i] & (1 << lane) != 0 {
+                let slot = better_seen
+                    + (offset & 0xffff) as u64
+                    + (better_votes[i] & below_lane).count_ones() as u64;
+                unsafe {
+                    bits.store(slot as usize, ranks[i]);
+                    positions.store(slot as usize, position);
+                }
+            } else if tie_votes[i] & (1 << lane) != 0 {
+                let tie = ties_seen + (offset >> 16) as u64 + (tie_votes[i] & below_lane).count_ones() as u64;
+                if tie < ties_wanted {
+                    let slot = (narrowed.better + tie) as usize;
+                    unsafe {
+                        bits.store(slot, ranks[i]);
+                        positions.store(slot, position);
+                    }
+                }
+            }
+        }
+        let total = unsafe { placement.load(counts + ITEMS * WARPS) };
+        better_seen += (total & 0xffff) as u64;
+        ties_seen += (total >> 16) as u64;
+        parity ^= 1;
+        tile += TILE;
+    }
+    wanted
+}
+
+/// The `top_k_rows_radix_<key>` kernel: block `p` writes the `k` best of part `p` (module
+/// docs).
+///
+/// # Safety
+/// [`RADIX_ROWS_THREADS`] threads, [`RadixRowsLayout::bytes`] of shared memory,
+/// `rows · blocks_per_row` blocks; `1 ≤ k ≤` [`MAX_RADIX_ROWS_K`]; buffers as
+/// [`RowsParams`] documents.
+#[inline(always)]
+pub unsafe fn select_rows_radix<K: Key>(params: RowsParams<K>) {
+    let part_index = device::block_idx_x() as u64;
+    let parts = params.blocks_per_row.max(1) as u64;
+    let row_index = part_index / parts;
+    if row_index >= params.rows {
+        return;
+    }
+    let (row_start, row_len) = if params.row_offsets.is_null() {
+        (row_index * params.row_stride, params.cols)
+    } else {
+        let start = unsafe { params.row_offsets.read(row_index) };
+        (start, unsafe { params.row_offsets.read(row_index + 1) } - start)
+    };
+    // This block's part of the row: columns `first .. first + len`.
+    let part = part_index % parts;
+    let first = row_len * part / parts;
+    let len = row_len * (part + 1) / parts - first;
+    let start = row_start + first;
+    let largest = Order::from_raw(params.order) == Order::Largest;
+    let row =
+        Row { keys: params.keys_in, start, len, flip: if largest { K::Bits::MAX } else { K::Bits::MIN } };
+    let layout = RadixRowsLayout::<K::Bits>::new();
+    let thread = device::thread_idx_x() as usize;
+    if thread == 0 {
+        unsafe { layout.next_slot.bind().store(0, 0) };
+    }
+    // The narrowing's first barrier orders this store before the collect's atomics; rows
+    // that need no narrowing get their own.
+    unsafe { device::sync_threads() };
+
+    let k = params.k as u64;
+    let wanted = k.min(len);
+    let mut narrowed = Narrowed { shift: K::Bits::BITS, prefix: K::Bits::MIN, better: 0, in_prefix: len };
+    while narrowed.better + narrowed.in_prefix > CAPACITY && narrowed.shift > 0 {
+        narrowed = unsafe { narrow(&row, &layout, narrowed, wanted) };
+    }
+    let count = if narrowed.better + narrowed.in_prefix > CAPACITY {
+        unsafe { collect_ties_in_order(&row, &layout, narrowed, wanted) }
+    } else {
+        unsafe { collect(&row, &layout, narrowed) }
+    };
+    unsafe { device::sync_threads() };
+
+    let (bits, positions) = unsafe { (layout.sort.bits.bind(), layout.sort.positions.bind()) };
+    let lane = device::lane_id() as usize;
+    let warp_base = device::warp_id() as usize * 32 * PAIRS_PER_THREAD;
+    let mut pairs = WarpPairs::<K::Bits, PAIRS_PER_THREAD>::padding();
+    for r in 0..PAIRS_PER_THREAD {
+        let slot = warp_base + r * 32 + lane;
+        if (slot as u64) < count {
+            unsafe {
+                pairs.bits[r] = bits.load(slot);
+                pairs.positions[r] = positions.load(slot);
+            }
+        }
+    }
+    unsafe { sort_slots(&mut pairs, sort_capacity(count as u32) as usize, &layout.sort) };
+
+    let out_start = part_index * k;
+    let padding_key = if largest { K::LOWEST } else { K::HIGHEST };
+    for r in 0..PAIRS_PER_THREAD {
+        let slot = (warp_base + r * 32 + lane) as u64;
+        if slot < k {
+            let position = pairs.positions[r];
+            let (key, index) = if slot >= count {
+                (padding_key, NO_INDEX)
+            } else {
+                let at = start + position as u64;
+                let index = if params.indices_in.is_null() {
+                    first + position as u64
+                } else {
+                    unsafe { params.indices_in.read(at) }
+                };
+                (unsafe { params.keys_in.read(at) }, index)
+            };
+            unsafe {
+                params.keys_out.write(out_start + slot, key);
+                params.indices_out.write(out_start + slot, index);
+            }
+        }
+    }
+}
