@@ -161,15 +161,7 @@ impl Gpu {
         order: Order,
         algorithm: RowsAlgorithm,
     ) -> Result<TopK<K>> {
-        data.check_gpu(self, "the data")?;
-        let shape = dense_shape(rows, cols, k)?;
-        if data.len() != rows * cols {
-            return Err(Error::LengthMismatch {
-                what: "matrix keys (rows · cols)",
-                expected: rows * cols,
-                actual: data.len(),
-            });
-        }
+        let shape = self.dense_input(data, rows, cols, k)?;
         let bytes = self.rows_workspace_bytes::<K>(shape, k, order, algorithm)?;
         let mut workspace = self.alloc_zeroed::<u8>(bytes)?;
         let total = rows * k; // checked by dense_shape
@@ -264,16 +256,7 @@ impl Gpu {
         workspace: &mut DeviceBuffer<u8>,
         out: &mut TopK<K>,
     ) -> Result<()> {
-        data.check_gpu(self, "the data")?;
-        let shape = dense_shape(rows, cols, k)?;
-        let expected = rows * cols; // checked by dense_shape
-        if data.len() != expected {
-            return Err(Error::LengthMismatch {
-                what: "matrix keys (rows · cols)",
-                expected,
-                actual: data.len(),
-            });
-        }
+        let shape = self.dense_input(data, rows, cols, k)?;
         self.check_outputs(out, rows * k, ["row top-k output values", "row top-k output indices"])?;
         let needed = self.rows_workspace_bytes::<K>(shape, k, order, RowsAlgorithm::Auto)?;
         self.check_workspace(workspace, needed, "row top-k workspace bytes (at least)")?;
@@ -401,6 +384,27 @@ impl Gpu {
         }
     }
 
+    /// Checks a dense matrix argument (as [`Gpu::top_k_rows`] documents) and describes it.
+    fn dense_input<K: SelectKey>(
+        &self,
+        data: &DeviceBuffer<K>,
+        rows: usize,
+        cols: usize,
+        k: usize,
+    ) -> Result<Rows<'static>> {
+        data.check_gpu(self, "the data")?;
+        let shape = dense_shape(rows, cols, k)?;
+        let expected = rows * cols; // checked by dense_shape
+        if data.len() != expected {
+            return Err(Error::LengthMismatch {
+                what: "matrix keys (rows · cols)",
+                expected,
+                actual: data.len(),
+            });
+        }
+        Ok(shape)
+    }
+
     /// The radix kernel, a block per row, or (few long dense rows) a block per part of a
     /// row and a second pass over the parts' candidates in `workspace`.
     fn radix_select_rows<K: SelectKey>(
@@ -412,48 +416,17 @@ impl Gpu {
         workspace: &mut DeviceBuffer<u8>,
         out: &mut TopK<K>,
     ) -> Result<()> {
-        let launch = |params: RowsParams<K>, blocks: u64| {
-            if blocks > i32::MAX as u64 {
-                return Err(Error::invalid(format!("{blocks} blocks: too many rows for one launch")));
-            }
-            let shape = LaunchShape {
-                grid: (blocks as u32, 1),
-                block_threads: RADIX_ROWS_THREADS,
-                shared_bytes: RadixRowsLayout::<K::Bits>::new().bytes,
-            };
-            self.launch(K::ROWS_RADIX, shape, params)
+        let kernel = RowsKernel {
+            id: K::ROWS_RADIX,
+            block_threads: RADIX_ROWS_THREADS,
+            shared_bytes: RadixRowsLayout::<K::Bits>::new().bytes,
         };
-        let params = RowsParams {
-            keys_in: data.global_ptr(),
-            indices_in: GlobalPtr::null(),
-            row_offsets: rows.offsets,
-            keys_out: out.values.global_ptr(),
-            indices_out: out.indices.global_ptr(),
-            rows: rows.count,
-            cols: rows.cols,
-            row_stride: rows.cols,
-            k,
-            order: order.to_raw(),
-            blocks_per_row: 1,
-            warps_per_part: RADIX_ROWS_THREADS / 32,
-        };
+        let params = rows_params(data, rows, k, order, out, RADIX_ROWS_THREADS / 32);
         let parts = radix_blocks_per_row(rows, k, self.limits().multiprocessors);
         if parts == 1 {
-            return launch(params, rows.count);
+            return self.launch_rows(kernel, params, rows.count);
         }
-        let (keys, indices) = split_candidates::<K>(workspace, rows.count * parts * k as u64);
-        let first =
-            RowsParams { keys_out: keys, indices_out: indices, blocks_per_row: parts as u32, ..params };
-        launch(first, rows.count * parts)?;
-        let candidates_per_row = parts * k as u64;
-        let merge = RowsParams {
-            keys_in: keys,
-            indices_in: indices,
-            cols: candidates_per_row,
-            row_stride: candidates_per_row,
-            ..params
-        };
-        launch(merge, rows.count)
+        self.split_and_merge_rows(kernel, params, parts, workspace)
     }
 
     /// The queue kernel over every row: a warp per row when rows are many, a block per row
@@ -469,44 +442,36 @@ impl Gpu {
         out: &mut TopK<K>,
     ) -> Result<()> {
         let multiprocessors = self.limits().multiprocessors;
+        let (id, shared_bytes) = rows_kernel::<K>(k);
+        let kernel = RowsKernel { id, block_threads: ROWS_THREADS, shared_bytes };
+        let params = rows_params(data, rows, k, order, out, WARPS_PER_BLOCK);
         let parts = blocks_per_row(rows, k, multiprocessors);
-        let (kernel, shared_bytes) = rows_kernel::<K>(k);
-        let launch = |params: RowsParams<K>, blocks: u64| {
-            if blocks > i32::MAX as u64 {
-                return Err(Error::invalid(format!("{blocks} blocks: too many rows for one launch")));
-            }
-            let shape = LaunchShape { grid: (blocks as u32, 1), block_threads: ROWS_THREADS, shared_bytes };
-            self.launch(kernel, shape, params)
-        };
-        let params = RowsParams {
-            keys_in: data.global_ptr(),
-            indices_in: GlobalPtr::null(),
-            row_offsets: rows.offsets,
-            keys_out: out.values.global_ptr(),
-            indices_out: out.indices.global_ptr(),
-            rows: rows.count,
-            cols: rows.cols,
-            row_stride: rows.cols,
-            k,
-            order: order.to_raw(),
-            blocks_per_row: 1,
-            warps_per_part: WARPS_PER_BLOCK,
-        };
         if parts == 1 {
             if warp_per_row(rows, multiprocessors) {
                 let params = RowsParams { warps_per_part: 1, ..params };
-                return launch(params, rows.count.div_ceil(WARPS_PER_BLOCK as u64));
+                return self.launch_rows(kernel, params, rows.count.div_ceil(WARPS_PER_BLOCK as u64));
             }
-            return launch(params, rows.count);
+            return self.launch_rows(kernel, params, rows.count);
         }
-        // Two passes: each part's k best into the workspace (indices first, 8-byte aligned,
-        // then keys), then each row's k best of its parts' candidates (dense rows of
-        // parts · k, indices carried along).
-        let candidates_per_row = parts * k as u64;
-        let (keys, indices) = split_candidates::<K>(workspace, rows.count * candidates_per_row);
+        self.split_and_merge_rows(kernel, params, parts, workspace)
+    }
+
+    /// The paper's two passes for few long rows, with either kernel: each of a row's
+    /// `parts` writes its `k` best into the workspace (indices first, 8-byte aligned, then
+    /// keys), then each row's `k` best of its parts' candidates (dense rows of `parts · k`,
+    /// indices carried along) go to `params`' outputs.
+    fn split_and_merge_rows<K: SelectKey>(
+        &self,
+        kernel: RowsKernel<K>,
+        params: RowsParams<K>,
+        parts: u64,
+        workspace: &mut DeviceBuffer<u8>,
+    ) -> Result<()> {
+        let candidates_per_row = parts * params.k as u64;
+        let (keys, indices) = split_candidates::<K>(workspace, params.rows * candidates_per_row);
         let first =
             RowsParams { keys_out: keys, indices_out: indices, blocks_per_row: parts as u32, ..params };
-        launch(first, rows.count * parts)?;
+        self.launch_rows(kernel, first, params.rows * parts)?;
         let merge = RowsParams {
             keys_in: keys,
             indices_in: indices,
@@ -515,7 +480,25 @@ impl Gpu {
             row_stride: candidates_per_row,
             ..params
         };
-        launch(merge, rows.count)
+        self.launch_rows(kernel, merge, params.rows)
+    }
+
+    /// Launches a rows kernel over `blocks` blocks.
+    fn launch_rows<K: SelectKey>(
+        &self,
+        kernel: RowsKernel<K>,
+        params: RowsParams<K>,
+        blocks: u64,
+    ) -> Result<()> {
+        if blocks > i32::MAX as u64 {
+            return Err(Error::invalid(format!("{blocks} blocks: too many rows for one launch")));
+        }
+        let shape = LaunchShape {
+            grid: (blocks as u32, 1),
+            block_threads: kernel.block_threads,
+            shared_bytes: kernel.shared_bytes,
+        };
+        self.launch(kernel.id, shape, params)
     }
 
     /// `k` beyond the queues: a top-k per row (any `k`), padded where a row is shorter.
@@ -585,6 +568,39 @@ fn resolve(algorithm: RowsAlgorithm, rows: Rows, k: usize, multiprocessors: u32)
         },
         chosen => chosen,
     })
+}
+
+/// A rows kernel (queues or radix) and how it launches.
+#[derive(Clone, Copy)]
+struct RowsKernel<K> {
+    id: KernelId<RowsParams<K>>,
+    block_threads: u32,
+    shared_bytes: usize,
+}
+
+/// The parameters of one pass over `rows` from `data` into `out`, a part per row.
+fn rows_params<K: SelectKey>(
+    data: &DeviceBuffer<K>,
+    rows: Rows,
+    k: u32,
+    order: Order,
+    out: &TopK<K>,
+    warps_per_part: u32,
+) -> RowsParams<K> {
+    RowsParams {
+        keys_in: data.global_ptr(),
+        indices_in: GlobalPtr::null(),
+        row_offsets: rows.offsets,
+        keys_out: out.values.global_ptr(),
+        indices_out: out.indices.global_ptr(),
+        rows: rows.count,
+        cols: rows.cols,
+        row_stride: rows.cols,
+        k,
+        order: order.to_raw(),
+        blocks_per_row: 1,
+        warps_per_part,
+    }
 }
 
 /// Checks a dense shape (as [`Gpu::top_k_rows`] documents) and describes it.
