@@ -390,10 +390,12 @@ fn bench_rows(
 }
 
 /// The batched shapes of design.md §5 and the issue: 10 000 rows of 1 000 / 32 000 /
-/// 128 000 keys (k = 100 and 1000 smallest), and 64 × 131 072 (k = 50 and 1024 largest).
+/// 128 000 keys (k = 100 and 1000 smallest; on rows of 1 000 also k = 1, 32 and 256, where
+/// Auto chooses between a warp's queue and a warp's radix selection), and 64 × 131 072
+/// (k = 50 and 1024 largest).
 fn bench_all_rows(criterion: &mut Criterion, gpu: &Gpu, cases: &mut Vec<Case>) {
     let shapes: [(usize, usize, &[usize], Order); 4] = [
-        (10_000, 1000, &[100], Order::Smallest),
+        (10_000, 1000, &[1, 32, 100, 256], Order::Smallest),
         (10_000, 32_000, &[100, 1000], Order::Smallest),
         (10_000, 128_000, &[100, 1000], Order::Smallest),
         (64, 131_072, &[50, 1024], Order::Largest),

@@ -100,6 +100,10 @@ fn check_all_dense<K: TestKey>() {
     for (rows, cols, k) in dense_shapes(&gpu) {
         for order in [Order::Smallest, Order::Largest] {
             check_dense::<K>(&gpu, rows, cols, k, order);
+            if cols <= 1024 && k <= 256 {
+                // Auto may take a warp's radix selection here; the queues stay covered.
+                check_dense_with::<K>(&gpu, rows, cols, k, order, RowsAlgorithm::WarpSelect);
+            }
         }
     }
 }
@@ -214,9 +218,21 @@ fn many_ragged_rows_one_warp_each() {
 /// Radix selection: rows that need no histogram pass (≤ 2048 keys), one pass (uniform),
 /// several (few distinct keys, specials), and every bit chosen with the ties still too many
 /// (all-equal and two-valued rows longer than 2048: ties placed in column order); k = 1,
-/// k = 2048 (the candidates' capacity) and k = cols; every key type, both orders.
+/// k = 2048 (the candidates' capacity) and k = cols; rows split over blocks and merged by a
+/// warp or a block; every key type, both orders.
 fn radix_shapes(gpu: &Gpu) -> Vec<(usize, usize, usize)> {
-    let mut shapes = vec![(8, 3000, 1000), (8, 2048, 2048), (8, 5000, 1), (8, 700, 300), (8, 2300, 2300)];
+    let mut shapes = vec![
+        (8, 3000, 1000),
+        (8, 2048, 2048),
+        (8, 5000, 1),
+        (8, 700, 300),
+        (8, 2300, 2300),
+        // One row is split over two blocks on the emulator (one multiprocessor): the merge
+        // of 200 and 512 candidates takes a warp, of 600 a block.
+        (1, 20_000, 100),
+        (1, 40_000, 256),
+        (1, 20_000, 300),
+    ];
     if !common::on_emulator(gpu) {
         shapes.extend([
             (1000, 5000, 1000),
@@ -262,6 +278,76 @@ fn radix_rows_i64() {
 #[test]
 fn radix_rows_u64() {
     check_radix::<u64>();
+}
+
+/// Radix selection with a warp per row (rows of at most 1024 keys, `k ≤ 256`): every sort
+/// size (`k` = 32·R and one more), k = 1 and k = cols, rows of one key and of exactly 1024,
+/// rows whose length is no multiple of 32; the batch's all-equal and two-valued rows take
+/// the ordered ties, its sorted and few-distinct rows several passes.
+fn warp_radix_shapes(gpu: &Gpu) -> Vec<(usize, usize, usize)> {
+    let mut shapes = vec![
+        (8, 1024, 256),
+        (8, 1000, 100),
+        (8, 1024, 1),
+        (9, 33, 33),
+        (8, 500, 129),
+        (8, 64, 64),
+        (8, 1, 1),
+        (8, 200, 32),
+        (8, 700, 65),
+    ];
+    if !common::on_emulator(gpu) {
+        shapes.extend([(10_000, 1000, 100), (4500, 1024, 256), (5000, 17, 3), (3000, 999, 128)]);
+    }
+    shapes
+}
+
+fn check_warp_radix<K: TestKey>() {
+    let gpu = common::gpu();
+    for (rows, cols, k) in warp_radix_shapes(&gpu) {
+        for order in [Order::Smallest, Order::Largest] {
+            check_dense_with::<K>(&gpu, rows, cols, k, order, RowsAlgorithm::RadixSelect);
+        }
+    }
+}
+
+#[test]
+fn warp_radix_rows_f32() {
+    check_warp_radix::<f32>();
+}
+#[test]
+fn warp_radix_rows_f64() {
+    check_warp_radix::<f64>();
+}
+#[test]
+fn warp_radix_rows_i32() {
+    check_warp_radix::<i32>();
+}
+#[test]
+fn warp_radix_rows_u32() {
+    check_warp_radix::<u32>();
+}
+#[test]
+fn warp_radix_rows_i64() {
+    check_warp_radix::<i64>();
+}
+#[test]
+fn warp_radix_rows_u64() {
+    check_warp_radix::<u64>();
+}
+
+/// A warp's radix selection over ragged rows of at most 1024 keys: empty rows, rows shorter
+/// than k (padded), rows that start anywhere.
+#[test]
+fn warp_radix_ragged_rows() {
+    let gpu = common::gpu();
+    let lens = [0, 1, 31, 1024, 0, 257, 1000, 64, 3, 512, 1023, 33];
+    for order in [Order::Smallest, Order::Largest] {
+        for k in [1, 40, 256] {
+            check_ragged_with::<f32>(&gpu, &lens, k, order, RowsAlgorithm::RadixSelect);
+            check_ragged_with::<i64>(&gpu, &lens, k, order, RowsAlgorithm::RadixSelect);
+        }
+    }
 }
 
 /// Radix selection over ragged rows: empty rows, rows shorter than k (padded), rows that

@@ -24,6 +24,7 @@ use crate::topk::rows::{
     select_rows_q32, select_rows_q64,
 };
 use crate::topk::rows_radix::select_rows_radix;
+use crate::topk::rows_warp_radix::select_rows_warp_radix;
 
 /// A kernel the host can launch: the PTX symbol and the body the emulator runs.
 pub struct KernelId<P> {
@@ -92,6 +93,8 @@ pub trait KernelKey: Key {
     const ROWS_Q64: KernelId<RowsParams<Self>>;
     /// Batched top-k by radix selection, a block per row, k ≤ 2048.
     const ROWS_RADIX: KernelId<RowsParams<Self>>;
+    /// Batched top-k by radix selection, a warp per row of at most 1024 keys, k ≤ 256.
+    const ROWS_WARP_RADIX: KernelId<RowsParams<Self>>;
     /// Merge of neighbouring sorted runs (merge path).
     const MERGE_RUNS: KernelId<MergeParams<Self>>;
     /// Every kernel name of this key type, as in the PTX.
@@ -114,6 +117,7 @@ crate::__kernel_table! {
         ROWS_Q32 = top_k_rows_q32(RowsParams) => select_rows_q32;
         ROWS_Q64 = top_k_rows_q64(RowsParams) => select_rows_q64;
         ROWS_RADIX = top_k_rows_radix(RowsParams) => select_rows_radix;
+        ROWS_WARP_RADIX = top_k_rows_warp_radix(RowsParams) => select_rows_warp_radix;
         RADIX_COUNT = radix_count(RadixParams) => radix_count_body;
         RADIX_CHOOSE = radix_choose(RadixParams) => radix_choose_body;
         RADIX_FILTER = radix_filter(RadixParams) => radix_filter_body;

@@ -4,3 +4,4 @@ pub mod bitonic;
 pub mod radix;
 pub mod rows;
 pub mod rows_radix;
+pub mod rows_warp_radix;

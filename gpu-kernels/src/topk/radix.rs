@@ -385,18 +385,22 @@ unsafe fn load_tile<K: Key>(storage: &Storage<K>, tile_start: u64, end: u64) -> 
 /// digits (the exponent byte of floats, sorted or all-equal inputs) would otherwise
 /// serialise many atomics on one address; on spread digits it costs one compare per item.
 /// No warp collective: any thread may count any item.
-struct DigitRuns {
+pub(crate) struct DigitRuns {
     digit: u32,
     count: u32,
 }
 
 impl DigitRuns {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self { digit: 0, count: 0 }
     }
 
+    /// Counts one item of bin `digit`.
+    ///
+    /// # Safety
+    /// `digit` is within `histogram`.
     #[inline(always)]
-    unsafe fn add(&mut self, histogram: &SharedSlice<u32>, digit: u32) {
+    pub(crate) unsafe fn add(&mut self, histogram: &SharedSlice<u32>, digit: u32) {
         if digit != self.digit {
             unsafe { self.flush(histogram) };
             self.digit = digit;
@@ -404,8 +408,12 @@ impl DigitRuns {
         self.count += 1;
     }
 
+    /// Adds the run in hand: call it once after the last item.
+    ///
+    /// # Safety
+    /// As [`DigitRuns::add`].
     #[inline(always)]
-    unsafe fn flush(&mut self, histogram: &SharedSlice<u32>) {
+    pub(crate) unsafe fn flush(&mut self, histogram: &SharedSlice<u32>) {
         if self.count != 0 {
             unsafe { histogram.atomic_add(self.digit as usize, self.count) };
             self.count = 0;

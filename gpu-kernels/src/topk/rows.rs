@@ -118,15 +118,15 @@ impl<B> RowsLayout<B> {
 
 /// A part of a row: where the row starts and the part's columns.
 #[derive(Clone, Copy, Debug)]
-struct Part {
-    row_start: u64,
-    begin: u64,
-    end: u64,
+pub(crate) struct Part {
+    pub(crate) row_start: u64,
+    pub(crate) begin: u64,
+    pub(crate) end: u64,
 }
 
 /// Part `index` (module docs); empty past the last row (such a part writes nothing).
 #[inline(always)]
-unsafe fn part_at<K>(params: &RowsParams<K>, index: u64) -> Part {
+pub(crate) unsafe fn part_at<K>(params: &RowsParams<K>, index: u64) -> Part {
     let parts = params.blocks_per_row.max(1) as u64;
     let (row, part) = (index / parts, index % parts);
     if row >= params.rows {

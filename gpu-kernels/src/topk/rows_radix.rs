@@ -14,7 +14,12 @@
 //!    64-bit keys six, and uniform keys usually one (a bin of 2048 holds few keys).
 //! 2. **Collect.** One more read gathers every key whose rank is at most the prefix's
 //!    largest rank, `better + in_prefix ≤ CAPACITY` of them, into shared memory (ranks and
-//!    positions, slots taken by a shared atomic counter).
+//!    positions, slots taken by a shared atomic counter). Narrowing from the row stops
+//!    already at [`POOL`] candidates: the read gathers them into a pool in shared memory,
+//!    and the passes that bring them down to [`CAPACITY`] read the pool, not the row
+//!    (the largest keys of `[0, 1)` put an eighth of a row in the first digit's top bin:
+//!    one read of the row fewer). 32-bit keys only: with 64-bit keys the pool's code
+//!    takes the kernel to 139 registers, one block per multiprocessor instead of two.
 //! 3. **Sort** the candidates with the block bitonic sort ([`sort_slots`]), by (rank,
 //!    position), and write the first `k`: the key read back from the row (bit for bit), and
 //!    its column (or `indices_in`).
@@ -39,7 +44,8 @@ use crate::block::bitonic_sort::{
 use crate::device::{self, SharedLayout, SharedRegion, SharedSlice};
 use crate::key::{Key, OrderedBits};
 use crate::params::{GlobalPtr, Order};
-use crate::topk::rows::{NO_INDEX, RowsParams};
+use crate::topk::radix::DigitRuns;
+use crate::topk::rows::{NO_INDEX, RowsParams, part_at};
 use crate::warp;
 use crate::warp::bitonic::WarpPairs;
 
@@ -53,6 +59,13 @@ const BINS: usize = 1 << DIGIT_BITS;
 const BINS_PER_THREAD: usize = BINS / RADIX_ROWS_THREADS as usize;
 /// Candidates the block sorts at most: the block sort's slots.
 pub const CAPACITY: u64 = MAX_BLOCK_SORT_LEN as u64;
+/// Candidates the pool holds: narrowing from the row stops at this many (32-bit keys).
+pub const POOL: u64 = 6144;
+
+/// The pool's candidates for keys of `B`: none for 64-bit keys (module docs).
+const fn pool_len<B>() -> u64 {
+    if size_of::<B>() == 4 { POOL } else { 0 }
+}
 /// The largest `k`: the candidates hold at least the `k` best.
 pub const MAX_RADIX_ROWS_K: u32 = MAX_BLOCK_SORT_LEN;
 /// Warps per block.
@@ -73,8 +86,12 @@ pub struct RadixRowsLayout<B> {
     pub warp_sums: SharedRegion<u64>,
     /// The chosen digit, the keys in bins before it, and its bin's keys.
     pub choice: SharedRegion<u64>,
-    /// The collect pass's next free candidate slot.
+    /// The next free candidate slot: of the sort's slots, then of the pool.
     pub next_slot: SharedRegion<u32>,
+    /// Ranks of the pool's candidates.
+    pub pool_bits: SharedRegion<B>,
+    /// Their positions.
+    pub pool_positions: SharedRegion<u32>,
     /// Two sets (alternating by tile) of packed (better, tie) counts per (item, warp) for the
     /// ordered placement of ties, scanned in place, plus the tile's total.
     pub placement: SharedRegion<u32>,
@@ -90,10 +107,22 @@ impl<B> RadixRowsLayout<B> {
         let (layout, histogram) = SharedLayout::new().push::<u32>(BINS);
         let (layout, warp_sums) = layout.push::<u64>(WARPS);
         let (layout, choice) = layout.push::<u64>(3);
-        let (layout, next_slot) = layout.push::<u32>(1);
+        let (layout, next_slot) = layout.push::<u32>(2);
+        let (layout, pool_bits) = layout.push::<B>(pool_len::<B>() as usize);
+        let (layout, pool_positions) = layout.push::<u32>(pool_len::<B>() as usize);
         let (layout, placement) = layout.push::<u32>(2 * PLACEMENT_SET);
         let (layout, sort) = BlockSortLayout::after(layout, MAX_BLOCK_SORT_LEN);
-        Self { histogram, warp_sums, choice, next_slot, placement, sort, bytes: layout.bytes() }
+        Self {
+            histogram,
+            warp_sums,
+            choice,
+            next_slot,
+            pool_bits,
+            pool_positions,
+            placement,
+            sort,
+            bytes: layout.bytes(),
+        }
     }
 }
 
@@ -147,28 +176,36 @@ impl<K: Key> Row<K> {
     }
 }
 
-/// Counts digits into the histogram, a run of equal digits with one atomic (CUB's trick):
-/// rows of equal or sorted keys would otherwise serialise on one bin.
-struct DigitRuns {
-    digit: u32,
-    count: u32,
+/// Ranks a pass visits, each thread its share: the row (from global memory) or the pool.
+trait Ranked<B> {
+    /// Calls `visit(rank, position)` for each of this thread's ranks.
+    ///
+    /// # Safety
+    /// *Block-wide* for the row's tiles; the pool is ordered before by a barrier.
+    unsafe fn visit_ranks(&self, visit: impl FnMut(B, u64));
 }
 
-impl DigitRuns {
+impl<K: Key> Ranked<K::Bits> for Row<K> {
     #[inline(always)]
-    unsafe fn add(&mut self, histogram: &SharedSlice<u32>, digit: u32) {
-        if digit != self.digit {
-            unsafe { self.flush(histogram) };
-            self.digit = digit;
-        }
-        self.count += 1;
+    unsafe fn visit_ranks(&self, visit: impl FnMut(K::Bits, u64)) {
+        unsafe { self.for_each(visit) }
     }
+}
 
+/// The candidates gathered into the pool: `len` ranks and their positions in the row.
+struct Pool<B> {
+    bits: SharedSlice<B>,
+    positions: SharedSlice<u32>,
+    len: usize,
+}
+
+impl<B: OrderedBits> Ranked<B> for Pool<B> {
     #[inline(always)]
-    unsafe fn flush(&mut self, histogram: &SharedSlice<u32>) {
-        if self.count != 0 {
-            unsafe { histogram.atomic_add(self.digit as usize, self.count) };
-            self.count = 0;
+    unsafe fn visit_ranks(&self, mut visit: impl FnMut(B, u64)) {
+        let mut at = device::thread_idx_x() as usize;
+        while at < self.len {
+            unsafe { visit(self.bits.load(at), self.positions.load(at) as u64) };
+            at += RADIX_ROWS_THREADS as usize;
         }
     }
 }
@@ -176,16 +213,16 @@ impl DigitRuns {
 /// What the narrowing has found: the `k`-th best's rank agrees with `prefix` above bit
 /// `shift`; `better` keys rank below every key with that prefix, and `in_prefix` share it.
 #[derive(Clone, Copy)]
-struct Narrowed<B> {
-    shift: u32,
-    prefix: B,
-    better: u64,
-    in_prefix: u64,
+pub(crate) struct Narrowed<B> {
+    pub(crate) shift: u32,
+    pub(crate) prefix: B,
+    pub(crate) better: u64,
+    pub(crate) in_prefix: u64,
 }
 
 impl<B: OrderedBits> Narrowed<B> {
     #[inline(always)]
-    fn has_prefix(&self, rank: B) -> bool {
+    pub(crate) fn has_prefix(&self, rank: B) -> bool {
         self.shift >= B::BITS || rank.shr(self.shift) == self.prefix.shr(self.shift)
     }
 
@@ -204,8 +241,9 @@ impl<B: OrderedBits> Narrowed<B> {
 ///
 /// # Safety
 /// *Block-wide*; `narrowed.shift > 0` and `better < wanted ≤ better + in_prefix`.
+#[inline(always)]
 unsafe fn narrow<K: Key>(
-    row: &Row<K>,
+    row: &impl Ranked<K::Bits>,
     layout: &RadixRowsLayout<K::Bits>,
     narrowed: Narrowed<K::Bits>,
     wanted: u64,
@@ -220,9 +258,9 @@ unsafe fn narrow<K: Key>(
 
     let digit_shift = narrowed.shift.saturating_sub(DIGIT_BITS);
     let digit_mask = (1u32 << (narrowed.shift - digit_shift)) - 1;
-    let mut runs = DigitRuns { digit: 0, count: 0 };
+    let mut runs = DigitRuns::new();
     unsafe {
-        row.for_each(|rank, _| {
+        row.visit_ranks(|rank, _| {
             if narrowed.has_prefix(rank) {
                 runs.add(&histogram, rank.shr(digit_shift).low_u32() & digit_mask);
             }
@@ -263,23 +301,26 @@ unsafe fn narrow<K: Key>(
     }
 }
 
-/// Gathers every key ranked at most `narrowed.upper()` into the candidate slots, in any
-/// order (the sort orders them). Returns their number.
+/// Gathers every rank of `source` at most `narrowed.upper()` into `slots` (ranks and
+/// positions), in any order (the sort orders them), taking slots from counter `counter`.
+/// Returns their number.
 ///
 /// # Safety
-/// *Block-wide*; `next_slot` is 0 and ordered before by a barrier; the candidates fit.
-unsafe fn collect<K: Key>(
-    row: &Row<K>,
-    layout: &RadixRowsLayout<K::Bits>,
-    narrowed: Narrowed<K::Bits>,
+/// *Block-wide*; the counter is 0 and ordered before by a barrier; the candidates fit.
+#[inline(always)]
+unsafe fn collect<B: OrderedBits>(
+    source: &impl Ranked<B>,
+    layout_counters: &SharedRegion<u32>,
+    counter: usize,
+    slots: (&SharedRegion<B>, &SharedRegion<u32>),
+    narrowed: Narrowed<B>,
 ) -> u64 {
-    let (next_slot, bits, positions) =
-        unsafe { (layout.next_slot.bind(), layout.sort.bits.bind(), layout.sort.positions.bind()) };
+    let (next_slot, bits, positions) = unsafe { (layout_counters.bind(), slots.0.bind(), slots.1.bind()) };
     let upper = narrowed.upper();
     unsafe {
-        row.for_each(|rank, position| {
+        source.visit_ranks(|rank, position| {
             if rank <= upper {
-                let slot = next_slot.atomic_add(0, 1) as usize;
+                let slot = next_slot.atomic_add(counter, 1) as usize;
                 bits.store(slot, rank);
                 positions.store(slot, position as u32);
             }
@@ -294,6 +335,7 @@ unsafe fn collect<K: Key>(
 ///
 /// # Safety
 /// *Block-wide*; `narrowed.shift == 0`.
+#[inline(always)]
 unsafe fn collect_ties_in_order<K: Key>(
     row: &Row<K>,
     layout: &RadixRowsLayout<K::Bits>,
@@ -390,29 +432,23 @@ unsafe fn collect_ties_in_order<K: Key>(
 #[inline(always)]
 pub unsafe fn select_rows_radix<K: Key>(params: RowsParams<K>) {
     let part_index = device::block_idx_x() as u64;
-    let parts = params.blocks_per_row.max(1) as u64;
-    let row_index = part_index / parts;
-    if row_index >= params.rows {
+    if part_index >= params.rows * params.blocks_per_row.max(1) as u64 {
         return;
     }
-    let (row_start, row_len) = if params.row_offsets.is_null() {
-        (row_index * params.row_stride, params.cols)
-    } else {
-        let start = unsafe { params.row_offsets.read(row_index) };
-        (start, unsafe { params.row_offsets.read(row_index + 1) } - start)
-    };
+    let part = unsafe { part_at(&params, part_index) };
     // This block's part of the row: columns `first .. first + len`.
-    let part = part_index % parts;
-    let first = row_len * part / parts;
-    let len = row_len * (part + 1) / parts - first;
-    let start = row_start + first;
+    let (first, len) = (part.begin, part.end - part.begin);
+    let start = part.row_start + first;
     let largest = Order::from_raw(params.order) == Order::Largest;
     let row =
         Row { keys: params.keys_in, start, len, flip: if largest { K::Bits::MAX } else { K::Bits::MIN } };
     let layout = RadixRowsLayout::<K::Bits>::new();
     let thread = device::thread_idx_x() as usize;
     if thread == 0 {
-        unsafe { layout.next_slot.bind().store(0, 0) };
+        unsafe {
+            layout.next_slot.bind().store(0, 0);
+            layout.next_slot.bind().store(1, 0);
+        }
     }
     // The narrowing's first barrier orders this store before the collect's atomics; rows
     // that need no narrowing get their own.
@@ -421,13 +457,43 @@ pub unsafe fn select_rows_radix<K: Key>(params: RowsParams<K>) {
     let k = params.k as u64;
     let wanted = k.min(len);
     let mut narrowed = Narrowed { shift: K::Bits::BITS, prefix: K::Bits::MIN, better: 0, in_prefix: len };
-    while narrowed.better + narrowed.in_prefix > CAPACITY && narrowed.shift > 0 {
-        narrowed = unsafe { narrow(&row, &layout, narrowed, wanted) };
+    let candidates = |narrowed: &Narrowed<K::Bits>| narrowed.better + narrowed.in_prefix;
+    // Without a pool, narrow from the row down to the sort's slots.
+    let narrow_from_row_to = pool_len::<K::Bits>().max(CAPACITY);
+    while candidates(&narrowed) > narrow_from_row_to && narrowed.shift > 0 {
+        narrowed = unsafe { narrow::<K>(&row, &layout, narrowed, wanted) };
     }
-    let count = if narrowed.better + narrowed.in_prefix > CAPACITY {
+    let sort_slots_region = (&layout.sort.bits, &layout.sort.positions);
+    let count = if candidates(&narrowed) <= CAPACITY {
+        unsafe { collect(&row, &layout.next_slot, 0, sort_slots_region, narrowed) }
+    } else if narrowed.shift == 0 || pool_len::<K::Bits>() == 0 {
+        // (Without a pool the narrowing above ended at shift 0; the test drops the pool's
+        // code from 64-bit kernels.)
         unsafe { collect_ties_in_order(&row, &layout, narrowed, wanted) }
     } else {
-        unsafe { collect(&row, &layout, narrowed) }
+        // More than the sort takes, no more than the pool: narrow on from the pool.
+        let pool_len = unsafe {
+            collect(&row, &layout.next_slot, 1, (&layout.pool_bits, &layout.pool_positions), narrowed)
+        };
+        let pool = unsafe {
+            Pool {
+                bits: layout.pool_bits.bind(),
+                positions: layout.pool_positions.bind(),
+                len: pool_len as usize,
+            }
+        };
+        // `narrow` clears the histogram and then waits for the block: the pool is complete
+        // after that barrier.
+        while candidates(&narrowed) > CAPACITY && narrowed.shift > 0 {
+            narrowed = unsafe { narrow::<K>(&pool, &layout, narrowed, wanted) };
+        }
+        if candidates(&narrowed) > CAPACITY {
+            // Every bit chosen and the ties still too many: they go in column order, so
+            // from the row.
+            unsafe { collect_ties_in_order(&row, &layout, narrowed, wanted) }
+        } else {
+            unsafe { collect(&pool, &layout.next_slot, 0, sort_slots_region, narrowed) }
+        }
     };
     unsafe { device::sync_threads() };
 

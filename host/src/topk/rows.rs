@@ -6,7 +6,8 @@
 //!   and a merge pass when the rows are too few to fill the GPU;
 //! - radix selection, a block per row ([`gpu_select_kernels::topk::rows_radix`]): histogram
 //!   passes narrow the candidates to at most 2048, one more read gathers them, a block sort
-//!   orders them.
+//!   orders them; rows of at most 1024 keys with `k ≤ 256` take a warp each
+//!   ([`gpu_select_kernels::topk::rows_warp_radix`]), the row in registers.
 //!
 //! Larger `k`: each row goes through [`Gpu::top_k_into`] (radix select or SampleSelect, no
 //! `k` limit), so no caller meets a queue ceiling.
@@ -15,6 +16,9 @@ use gpu_select_kernels::entry::KernelId;
 use gpu_select_kernels::params::GlobalPtr;
 use gpu_select_kernels::topk::rows::{NO_INDEX, ROWS_THREADS, RowsLayout, RowsParams};
 use gpu_select_kernels::topk::rows_radix::{MAX_RADIX_ROWS_K, RADIX_ROWS_THREADS, RadixRowsLayout};
+use gpu_select_kernels::topk::rows_warp_radix::{
+    WARP_RADIX_MAX_K, WARP_RADIX_MAX_LEN, WARP_RADIX_THREADS, WarpRadixLayout,
+};
 use gpu_select_kernels::warp::select::{MAX_QUEUE_K, queue_registers};
 
 use super::{TopK, TopKOptions};
@@ -48,7 +52,9 @@ pub enum RowsAlgorithm {
     WarpSelect,
     /// Radix selection, a block per row: histogram passes over the row until at most 2048
     /// keys can be among its `k` best (usually one pass), a read that gathers them, and a
-    /// block sort. About two reads of each row whatever `k` is: wins for large `k`.
+    /// block sort. About two reads of each row whatever `k` is: wins for large `k`. Rows of
+    /// at most 1024 keys with `k ≤ 256` take a warp each instead: one read into registers,
+    /// histogram passes there, a sort of the few candidates in registers.
     RadixSelect,
 }
 
@@ -83,6 +89,8 @@ struct Rows<'a> {
     host_offsets: Option<&'a [u64]>,
     /// The mean row length: sizes the split of long rows.
     mean_len: u64,
+    /// The longest row's length.
+    max_len: u64,
 }
 
 impl Rows<'_> {
@@ -332,6 +340,7 @@ impl Gpu {
             offsets: offsets.global_ptr(),
             host_offsets: Some(&host_offsets),
             mean_len: (last - host_offsets[0]) / rows as u64,
+            max_len: host_offsets.windows(2).map(|pair| pair[1] - pair[0]).max().unwrap_or(0),
         };
         let total = rows
             .checked_mul(k)
@@ -405,8 +414,9 @@ impl Gpu {
         Ok(shape)
     }
 
-    /// The radix kernel, a block per row, or (few long dense rows) a block per part of a
-    /// row and a second pass over the parts' candidates in `workspace`.
+    /// The radix kernels: a warp per short row, a block per row, or (few long dense rows) a
+    /// block per part of a row and a second pass over the parts' candidates in `workspace`
+    /// (a warp per row when they are few enough).
     fn radix_select_rows<K: SelectKey>(
         &self,
         data: &DeviceBuffer<K>,
@@ -416,17 +426,13 @@ impl Gpu {
         workspace: &mut DeviceBuffer<u8>,
         out: &mut TopK<K>,
     ) -> Result<()> {
-        let kernel = RowsKernel {
-            id: K::ROWS_RADIX,
-            block_threads: RADIX_ROWS_THREADS,
-            shared_bytes: RadixRowsLayout::<K::Bits>::new().bytes,
-        };
         let params = rows_params(data, rows, k, order, out, RADIX_ROWS_THREADS / 32);
         let parts = radix_blocks_per_row(rows, k, self.limits().multiprocessors);
         if parts == 1 {
-            return self.launch_rows(kernel, params, rows.count);
+            return self.launch_rows(radix_kernel(rows.max_len, k), params);
         }
-        self.split_and_merge_rows(kernel, params, parts, workspace)
+        let merge = radix_kernel(parts * k as u64, k);
+        self.split_and_merge_rows(radix_kernel(rows.max_len, k), merge, params, parts, workspace)
     }
 
     /// The queue kernel over every row: a warp per row when rows are many, a block per row
@@ -443,36 +449,38 @@ impl Gpu {
     ) -> Result<()> {
         let multiprocessors = self.limits().multiprocessors;
         let (id, shared_bytes) = rows_kernel::<K>(k);
-        let kernel = RowsKernel { id, block_threads: ROWS_THREADS, shared_bytes };
+        let kernel = RowsKernel { id, block_threads: ROWS_THREADS, shared_bytes, rows_per_block: 1 };
         let params = rows_params(data, rows, k, order, out, WARPS_PER_BLOCK);
         let parts = blocks_per_row(rows, k, multiprocessors);
         if parts == 1 {
             if warp_per_row(rows, multiprocessors) {
                 let params = RowsParams { warps_per_part: 1, ..params };
-                return self.launch_rows(kernel, params, rows.count.div_ceil(WARPS_PER_BLOCK as u64));
+                let kernel = RowsKernel { rows_per_block: WARPS_PER_BLOCK as u64, ..kernel };
+                return self.launch_rows(kernel, params);
             }
-            return self.launch_rows(kernel, params, rows.count);
+            return self.launch_rows(kernel, params);
         }
-        self.split_and_merge_rows(kernel, params, parts, workspace)
+        self.split_and_merge_rows(kernel, kernel, params, parts, workspace)
     }
 
-    /// The paper's two passes for few long rows, with either kernel: each of a row's
-    /// `parts` writes its `k` best into the workspace (indices first, 8-byte aligned, then
-    /// keys), then each row's `k` best of its parts' candidates (dense rows of `parts · k`,
-    /// indices carried along) go to `params`' outputs.
+    /// The paper's two passes for few long rows: each of a row's `parts` writes its `k` best
+    /// into the workspace (indices first, 8-byte aligned, then keys) with `first`, then
+    /// `merge` writes each row's `k` best of its parts' candidates (dense rows of
+    /// `parts · k`, indices carried along) to `params`' outputs.
     fn split_and_merge_rows<K: SelectKey>(
         &self,
-        kernel: RowsKernel<K>,
+        first: RowsKernel<K>,
+        merge: RowsKernel<K>,
         params: RowsParams<K>,
         parts: u64,
         workspace: &mut DeviceBuffer<u8>,
     ) -> Result<()> {
         let candidates_per_row = parts * params.k as u64;
         let (keys, indices) = split_candidates::<K>(workspace, params.rows * candidates_per_row);
-        let first =
+        let parts_params =
             RowsParams { keys_out: keys, indices_out: indices, blocks_per_row: parts as u32, ..params };
-        self.launch_rows(kernel, first, params.rows * parts)?;
-        let merge = RowsParams {
+        self.launch_rows(first, parts_params)?;
+        let merge_params = RowsParams {
             keys_in: keys,
             indices_in: indices,
             row_offsets: GlobalPtr::null(),
@@ -480,16 +488,13 @@ impl Gpu {
             row_stride: candidates_per_row,
             ..params
         };
-        self.launch_rows(kernel, merge, params.rows)
+        self.launch_rows(merge, merge_params)
     }
 
-    /// Launches a rows kernel over `blocks` blocks.
-    fn launch_rows<K: SelectKey>(
-        &self,
-        kernel: RowsKernel<K>,
-        params: RowsParams<K>,
-        blocks: u64,
-    ) -> Result<()> {
+    /// Launches a rows kernel over every part of `params`.
+    fn launch_rows<K: SelectKey>(&self, kernel: RowsKernel<K>, params: RowsParams<K>) -> Result<()> {
+        let parts = params.rows * params.blocks_per_row as u64;
+        let blocks = parts.div_ceil(kernel.rows_per_block);
         if blocks > i32::MAX as u64 {
             return Err(Error::invalid(format!("{blocks} blocks: too many rows for one launch")));
         }
@@ -563,6 +568,7 @@ fn resolve(algorithm: RowsAlgorithm, rows: Rows, k: usize, multiprocessors: u32)
             Ok("warp-select") => RowsAlgorithm::WarpSelect,
             Ok("radix-select") => RowsAlgorithm::RadixSelect,
             _ if k >= RADIX_ROWS_MIN_K => RowsAlgorithm::RadixSelect,
+            _ if k > 1 && warp_radix_fits(rows.max_len, k as u32) => RowsAlgorithm::RadixSelect,
             _ if radix_blocks_per_row(rows, k as u32, multiprocessors) > 1 => RowsAlgorithm::RadixSelect,
             _ => RowsAlgorithm::WarpSelect,
         },
@@ -576,6 +582,28 @@ struct RowsKernel<K> {
     id: KernelId<RowsParams<K>>,
     block_threads: u32,
     shared_bytes: usize,
+    /// Parts a block takes: 1, or a warp's each.
+    rows_per_block: u64,
+}
+
+/// The radix kernel for rows of at most `max_len` keys: a warp per row when they fit
+/// ([`warp_radix_fits`]), else a block per row (or part).
+fn radix_kernel<K: SelectKey>(max_len: u64, k: u32) -> RowsKernel<K> {
+    if warp_radix_fits(max_len, k) {
+        RowsKernel {
+            id: K::ROWS_WARP_RADIX,
+            block_threads: WARP_RADIX_THREADS,
+            shared_bytes: WarpRadixLayout::<K::Bits>::new().bytes,
+            rows_per_block: (WARP_RADIX_THREADS / 32) as u64,
+        }
+    } else {
+        RowsKernel {
+            id: K::ROWS_RADIX,
+            block_threads: RADIX_ROWS_THREADS,
+            shared_bytes: RadixRowsLayout::<K::Bits>::new().bytes,
+            rows_per_block: 1,
+        }
+    }
 }
 
 /// The parameters of one pass over `rows` from `data` into `out`, a part per row.
@@ -621,6 +649,7 @@ fn dense_shape(rows: usize, cols: usize, k: usize) -> Result<Rows<'static>> {
         offsets: GlobalPtr::null(),
         host_offsets: None,
         mean_len: cols as u64,
+        max_len: cols as u64,
     })
 }
 
@@ -677,16 +706,27 @@ fn blocks_per_row(rows: Rows, k: u32, multiprocessors: u32) -> u64 {
 }
 
 /// Blocks per row of the radix kernel: a part per block when the rows alone give fewer
-/// than [`RADIX_TARGET_BLOCKS_PER_SM`] blocks per multiprocessor, parts of at least
-/// [`MIN_RADIX_PART_LEN`] and `k` keys. Ragged rows are not split: a short row's parts
-/// could hold fewer than `k` keys, and padding must not reach the second pass.
+/// than [`RADIX_TARGET_BLOCKS_PER_SM`] blocks per multiprocessor, as many parts as keep
+/// the blocks within that one wave (a second, partial wave of equal blocks would double
+/// the time: H100 run 34, 5 parts of 64 rows), each of at least [`MIN_RADIX_PART_LEN`]
+/// and `k` keys. Ragged rows are not split: a short row's parts could hold fewer than `k`
+/// keys, and padding must not reach the second pass.
 fn radix_blocks_per_row(rows: Rows, k: u32, multiprocessors: u32) -> u64 {
+    if warp_radix_fits(rows.max_len, k) {
+        return 1;
+    }
     let target = (multiprocessors * RADIX_TARGET_BLOCKS_PER_SM) as u64;
     if rows.host_offsets.is_some() || rows.count >= target {
         return 1;
     }
     let min_part = MIN_RADIX_PART_LEN.max(k as u64);
-    target.div_ceil(rows.count).min(rows.cols / min_part).clamp(1, MAX_BLOCKS_PER_ROW)
+    (target / rows.count).min(rows.cols / min_part).clamp(1, MAX_BLOCKS_PER_ROW)
+}
+
+/// Whether radix selection takes a warp per row: rows of `max_len` keys fit a warp's
+/// registers and `k` its sort.
+fn warp_radix_fits(max_len: u64, k: u32) -> bool {
+    max_len <= WARP_RADIX_MAX_LEN && k <= WARP_RADIX_MAX_K
 }
 
 /// The kernel for `k` (its queue of `32·Q`) and its shared memory.
@@ -709,7 +749,14 @@ mod tests {
     use super::*;
 
     fn rows(count: u64, mean_len: u64) -> Rows<'static> {
-        Rows { count, cols: mean_len, offsets: GlobalPtr::null(), host_offsets: None, mean_len }
+        Rows {
+            count,
+            cols: mean_len,
+            offsets: GlobalPtr::null(),
+            host_offsets: None,
+            mean_len,
+            max_len: mean_len,
+        }
     }
 
     #[test]
@@ -734,6 +781,9 @@ mod tests {
         assert_eq!(auto(rows(10_000, 128_000), 257), Some(RowsAlgorithm::RadixSelect));
         assert_eq!(auto(rows(64, 131_072), 50), Some(RowsAlgorithm::RadixSelect));
         assert_eq!(auto(rows(64, 131_072), 2049), None);
+        assert_eq!(auto(rows(10_000, 1000), 100), Some(RowsAlgorithm::RadixSelect), "a warp's radix");
+        assert_eq!(auto(rows(10_000, 1000), 1), Some(RowsAlgorithm::WarpSelect), "a warp's minimum");
+        assert_eq!(auto(rows(10_000, 1025), 100), Some(RowsAlgorithm::WarpSelect));
         assert_eq!(
             resolve(RowsAlgorithm::WarpSelect, rows(64, 131_072), 1024, 132),
             Some(RowsAlgorithm::WarpSelect)
@@ -743,8 +793,10 @@ mod tests {
     #[test]
     fn radix_splits_only_few_long_dense_rows() {
         assert_eq!(radix_blocks_per_row(rows(10_000, 128_000), 1000, 132), 1);
-        assert_eq!(radix_blocks_per_row(rows(64, 131_072), 1024, 132), 5);
+        assert_eq!(radix_blocks_per_row(rows(64, 131_072), 1024, 132), 4, "one wave of 256 blocks");
         assert_eq!(radix_blocks_per_row(rows(1, 1 << 20), 2048, 132), 128);
+        assert_eq!(radix_blocks_per_row(rows(200, 1 << 20), 50, 132), 1);
+        assert_eq!(radix_blocks_per_row(rows(10_000, 1000), 100, 132), 1, "a warp per row");
         assert_eq!(radix_blocks_per_row(rows(4, 9000), 300, 132), 1, "parts would be too short");
         let offsets = [0, 100_000, 200_000];
         let ragged = Rows { host_offsets: Some(&offsets), ..rows(2, 100_000) };
