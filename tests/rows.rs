@@ -246,9 +246,11 @@ fn radix_shapes(gpu: &Gpu) -> Vec<(usize, usize, usize)> {
     shapes
 }
 
-fn check_radix<K: TestKey>() {
+/// `RowsAlgorithm::RadixSelect` on every shape of `shapes`, both orders; the host picks the
+/// block or the warp kernel by the shape.
+fn check_radix<K: TestKey>(shapes: fn(&Gpu) -> Vec<(usize, usize, usize)>) {
     let gpu = common::gpu();
-    for (rows, cols, k) in radix_shapes(&gpu) {
+    for (rows, cols, k) in shapes(&gpu) {
         for order in [Order::Smallest, Order::Largest] {
             check_dense_with::<K>(&gpu, rows, cols, k, order, RowsAlgorithm::RadixSelect);
         }
@@ -257,27 +259,27 @@ fn check_radix<K: TestKey>() {
 
 #[test]
 fn radix_rows_f32() {
-    check_radix::<f32>();
+    check_radix::<f32>(radix_shapes);
 }
 #[test]
 fn radix_rows_f64() {
-    check_radix::<f64>();
+    check_radix::<f64>(radix_shapes);
 }
 #[test]
 fn radix_rows_i32() {
-    check_radix::<i32>();
+    check_radix::<i32>(radix_shapes);
 }
 #[test]
 fn radix_rows_u32() {
-    check_radix::<u32>();
+    check_radix::<u32>(radix_shapes);
 }
 #[test]
 fn radix_rows_i64() {
-    check_radix::<i64>();
+    check_radix::<i64>(radix_shapes);
 }
 #[test]
 fn radix_rows_u64() {
-    check_radix::<u64>();
+    check_radix::<u64>(radix_shapes);
 }
 
 /// Radix selection with a warp per row (rows of at most 1024 keys, `k ≤ 256`): every sort
@@ -302,38 +304,29 @@ fn warp_radix_shapes(gpu: &Gpu) -> Vec<(usize, usize, usize)> {
     shapes
 }
 
-fn check_warp_radix<K: TestKey>() {
-    let gpu = common::gpu();
-    for (rows, cols, k) in warp_radix_shapes(&gpu) {
-        for order in [Order::Smallest, Order::Largest] {
-            check_dense_with::<K>(&gpu, rows, cols, k, order, RowsAlgorithm::RadixSelect);
-        }
-    }
-}
-
 #[test]
 fn warp_radix_rows_f32() {
-    check_warp_radix::<f32>();
+    check_radix::<f32>(warp_radix_shapes);
 }
 #[test]
 fn warp_radix_rows_f64() {
-    check_warp_radix::<f64>();
+    check_radix::<f64>(warp_radix_shapes);
 }
 #[test]
 fn warp_radix_rows_i32() {
-    check_warp_radix::<i32>();
+    check_radix::<i32>(warp_radix_shapes);
 }
 #[test]
 fn warp_radix_rows_u32() {
-    check_warp_radix::<u32>();
+    check_radix::<u32>(warp_radix_shapes);
 }
 #[test]
 fn warp_radix_rows_i64() {
-    check_warp_radix::<i64>();
+    check_radix::<i64>(warp_radix_shapes);
 }
 #[test]
 fn warp_radix_rows_u64() {
-    check_warp_radix::<u64>();
+    check_radix::<u64>(warp_radix_shapes);
 }
 
 /// A warp's radix selection over ragged rows of at most 1024 keys: empty rows, rows shorter
