@@ -317,6 +317,7 @@ impl Gpu {
         }
         check_k(k)?;
         let host_offsets = self.download(offsets)?;
+        let mut max_len = 0;
         for (row, pair) in host_offsets.windows(2).enumerate() {
             if pair[1] < pair[0] {
                 return Err(Error::invalid(format!(
@@ -325,6 +326,7 @@ impl Gpu {
                 )));
             }
             check_row_len(pair[1] - pair[0])?;
+            max_len = max_len.max(pair[1] - pair[0]);
         }
         let last = *host_offsets.last().unwrap();
         if last > data.len() as u64 {
@@ -340,7 +342,7 @@ impl Gpu {
             offsets: offsets.global_ptr(),
             host_offsets: Some(&host_offsets),
             mean_len: (last - host_offsets[0]) / rows as u64,
-            max_len: host_offsets.windows(2).map(|pair| pair[1] - pair[0]).max().unwrap_or(0),
+            max_len,
         };
         let total = rows
             .checked_mul(k)
