@@ -23,6 +23,7 @@ use crate::topk::rows::{
     RowsParams, select_rows_q1, select_rows_q2, select_rows_q4, select_rows_q8, select_rows_q16,
     select_rows_q32, select_rows_q64,
 };
+use crate::topk::rows_merge::merge_rows;
 use crate::topk::rows_radix::select_rows_radix;
 use crate::topk::rows_warp_radix::select_rows_warp_radix;
 
@@ -95,6 +96,9 @@ pub trait KernelKey: Key {
     const ROWS_RADIX: KernelId<RowsParams<Self>>;
     /// Batched top-k by radix selection, a warp per row of at most 1024 keys, k ≤ 256.
     const ROWS_WARP_RADIX: KernelId<RowsParams<Self>>;
+    /// The `k` best of each row's sorted runs of `k`, by co-ranking: a split row's second
+    /// pass.
+    const ROWS_MERGE: KernelId<RowsParams<Self>>;
     /// Merge of neighbouring sorted runs (merge path).
     const MERGE_RUNS: KernelId<MergeParams<Self>>;
     /// Every kernel name of this key type, as in the PTX.
@@ -118,6 +122,7 @@ crate::__kernel_table! {
         ROWS_Q64 = top_k_rows_q64(RowsParams) => select_rows_q64;
         ROWS_RADIX = top_k_rows_radix(RowsParams) => select_rows_radix;
         ROWS_WARP_RADIX = top_k_rows_warp_radix(RowsParams) => select_rows_warp_radix;
+        ROWS_MERGE = top_k_rows_merge(RowsParams) => merge_rows;
         RADIX_COUNT = radix_count(RadixParams) => radix_count_body;
         RADIX_CHOOSE = radix_choose(RadixParams) => radix_choose_body;
         RADIX_FILTER = radix_filter(RadixParams) => radix_filter_body;

@@ -228,7 +228,7 @@ for step in "${@:-tests}"; do
       done ;;
     sanitize)
       for tool in memcheck racecheck; do
-        echo "=== compute-sanitizer --tool $tool: device primitives, block sort (f32, f64, i64 longest), small top-k (every algorithm), small selections, ragged rows (queues and radix) and the large row queues"
+        echo "=== compute-sanitizer --tool $tool: device primitives, block sort (f32, f64, i64 longest), small top-k (every algorithm), small selections, ragged rows (queues and radix), the large row queues and the split radix row (its merge)"
         compute-sanitizer --tool "$tool" --error-exitcode 9 "$here"/bin/test-device_primitives --test-threads=1 || status=1
         compute-sanitizer --tool "$tool" --error-exitcode 9 "$here"/bin/test-block_sort --test-threads=1 \
           sorts_f32 sorts_f64 sorts_the_longest || status=1
@@ -238,7 +238,7 @@ for step in "${@:-tests}"; do
           workspace_is_sized nan_and_signed_zero approximate_selection_is_exact || status=1
         compute-sanitizer --tool "$tool" --error-exitcode 9 "$here"/bin/test-rows --test-threads=1 \
           ragged_rows_pad_what_they_lack many_ragged_rows_one_warp_each large_queues_and_k_beyond_them \
-          radix_ragged_rows || status=1
+          radix_ragged_rows split_radix_row_f32 || status=1
       done ;;
     bench)
       "$here"/bin/bench-selection --bench || status=1 ;;

@@ -3,5 +3,6 @@
 pub mod bitonic;
 pub mod radix;
 pub mod rows;
+pub mod rows_merge;
 pub mod rows_radix;
 pub mod rows_warp_radix;

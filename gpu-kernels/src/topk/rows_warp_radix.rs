@@ -306,8 +306,9 @@ pub unsafe fn select_rows_warp_radix<K: Key>(params: RowsParams<K>) {
     if row_index >= params.rows {
         return; // the whole warp: nothing below waits for the block
     }
-    let part = unsafe { part_at(&RowsParams { blocks_per_row: 1, ..params }, row_index) };
-    let (row_start, len) = (part.row_start, part.end);
+    // One part per row (the contract), so the part is the whole row.
+    let part = unsafe { part_at(&params, row_index) };
+    let (row_start, len) = (part.row_start, part.end - part.begin);
     let largest = Order::from_raw(params.order) == Order::Largest;
     let flip = if largest { K::Bits::MAX } else { K::Bits::MIN };
     let lane = device::lane_id() as u64;

@@ -15,6 +15,9 @@
 use gpu_select_kernels::entry::KernelId;
 use gpu_select_kernels::params::GlobalPtr;
 use gpu_select_kernels::topk::rows::{NO_INDEX, ROWS_THREADS, RowsLayout, RowsParams};
+use gpu_select_kernels::topk::rows_merge::{
+    MERGE_MAX_CANDIDATES, MERGE_MAX_RUNS, MERGE_ROWS_THREADS, RowsMergeLayout,
+};
 use gpu_select_kernels::topk::rows_radix::{MAX_RADIX_ROWS_K, RADIX_ROWS_THREADS, RadixRowsLayout};
 use gpu_select_kernels::topk::rows_warp_radix::{
     WARP_RADIX_MAX_K, WARP_RADIX_MAX_LEN, WARP_RADIX_THREADS, WarpRadixLayout,
@@ -417,8 +420,8 @@ impl Gpu {
     }
 
     /// The radix kernels: a warp per short row, a block per row, or (few long dense rows) a
-    /// block per part of a row and a second pass over the parts' candidates in `workspace`
-    /// (a warp per row when they are few enough).
+    /// block per part of a row and a second pass over the parts' sorted candidates in
+    /// `workspace` ([`radix_merge_kernel`]).
     fn radix_select_rows<K: SelectKey>(
         &self,
         data: &DeviceBuffer<K>,
@@ -433,8 +436,13 @@ impl Gpu {
         if parts == 1 {
             return self.launch_rows(radix_kernel(rows.max_len, k), params);
         }
-        let merge = radix_kernel(parts * k as u64, k);
-        self.split_and_merge_rows(radix_kernel(rows.max_len, k), merge, params, parts, workspace)
+        self.split_and_merge_rows(
+            radix_kernel(rows.max_len, k),
+            radix_merge_kernel(parts, k),
+            params,
+            parts,
+            workspace,
+        )
     }
 
     /// The queue kernel over every row: a warp per row when rows are many, a block per row
@@ -605,6 +613,24 @@ fn radix_kernel<K: SelectKey>(max_len: u64, k: u32) -> RowsKernel<K> {
             shared_bytes: RadixRowsLayout::<K::Bits>::new().bytes,
             rows_per_block: 1,
         }
+    }
+}
+
+/// The second pass of a row split into `parts` by the radix kernel, whose parts write their
+/// `k` best sorted and unpadded: co-ranking of those runs when they fit its shared memory
+/// (a few binary searches per candidate, no selection), else the radix kernel over the
+/// candidates.
+fn radix_merge_kernel<K: SelectKey>(parts: u64, k: u32) -> RowsKernel<K> {
+    let candidates = parts * k as u64;
+    if parts <= MERGE_MAX_RUNS && candidates <= MERGE_MAX_CANDIDATES {
+        RowsKernel {
+            id: K::ROWS_MERGE,
+            block_threads: MERGE_ROWS_THREADS,
+            shared_bytes: RowsMergeLayout::<K::Bits>::new().bytes,
+            rows_per_block: 1,
+        }
+    } else {
+        radix_kernel(candidates, k)
     }
 }
 
