@@ -319,6 +319,29 @@ fn split_radix_row_i64() {
     check_split_radix_row::<i64>();
 }
 
+/// Long rows whose evenly spaced keys (the radix kernel's sample: 1024 of them at
+/// `i · len / 1024`) are the row's best: the sample bounds the `k`-th best too tightly, fewer
+/// than `k` keys fall within the bound, and the kernel must read the row again the usual way.
+#[test]
+fn radix_rows_whose_sample_misleads() {
+    const SAMPLE: usize = 1024;
+    let gpu = common::gpu();
+    // Enough rows that the GPU does not split them (a part would sample other positions).
+    let rows = if common::on_emulator(&gpu) { 2 } else { 300 };
+    let (cols, k) = (20_000, 1500);
+    for order in [Order::Smallest, Order::Largest] {
+        // Uniform keys are in [-1000, 1000).
+        let best = if order == Order::Smallest { -2000.0f32 } else { 2000.0 };
+        let mut data = generate::<f32>(rows * cols, common::Distribution::Uniform, 5);
+        for row in data.chunks_mut(cols) {
+            for i in 0..SAMPLE {
+                row[i * cols / SAMPLE] = best;
+            }
+        }
+        check_data::<f32>(&gpu, &data, rows, cols, k, order, RowsAlgorithm::RadixSelect);
+    }
+}
+
 /// Radix selection with a warp per row (rows of at most 1024 keys, `k ≤ 256`): every sort
 /// size (`k` = 32·R and one more), k = 1 and k = cols, rows of one key and of exactly 1024,
 /// rows whose length is no multiple of 32; the batch's all-equal and two-valued rows take

@@ -20,6 +20,16 @@
 //!    (the largest keys of `[0, 1)` put an eighth of a row in the first digit's top bin:
 //!    one read of the row fewer). 32-bit keys only: with 64-bit keys the pool's code
 //!    takes the kernel to 139 registers, one block per multiprocessor instead of two.
+//!
+//!    Rows (or parts) longer than the pool with 32-bit keys first try to skip narrowing
+//!    from the row ([`speculate`]): a strided sample of [`SAMPLE`] keys, narrowed in the
+//!    pool, bounds the `k`-th best from above with high probability; one read gathers every
+//!    key within the bound into the pool. When at least `k` and at most [`POOL`] keys made
+//!    it (uniform keys almost always), the row has been read once and the passes read the
+//!    pool; otherwise (skewed or repeated keys) the row is read as above, after at most a
+//!    part of a read lost (a warp stops gathering once the pool is full). Passes over the pool
+//!    go on until the candidates fit a sort of `k` rounded up to a power of two, not
+//!    of [`CAPACITY`]: a pass over the pool costs less than the larger sort's merges.
 //! 3. **Sort** the candidates with the block bitonic sort ([`sort_slots`]), by (rank,
 //!    position), and write the first `k`: the key read back from the row (bit for bit), and
 //!    its column (or `indices_in`).
@@ -61,6 +71,11 @@ const BINS_PER_THREAD: usize = BINS / RADIX_ROWS_THREADS as usize;
 pub const CAPACITY: u64 = MAX_BLOCK_SORT_LEN as u64;
 /// Candidates the pool holds: narrowing from the row stops at this many (32-bit keys).
 pub const POOL: u64 = 6144;
+
+/// Keys of the strided sample that bounds a long row's `k`-th best before it is read
+/// ([`speculate`]); the sample waits in the pool.
+pub const SAMPLE: u64 = 1024;
+const _: () = assert!(SAMPLE <= POOL);
 
 /// The pool's candidates for keys of `B`: none for 64-bit keys (module docs).
 const fn pool_len<B>() -> u64 {
@@ -152,10 +167,29 @@ impl<K: Key> Row<K> {
     /// (positions `tile + 256·i + thread`): a tile's [`ITEMS`] loads per thread are all
     /// issued before the first key is visited.
     #[inline(always)]
-    unsafe fn for_each(&self, mut visit: impl FnMut(K::Bits, u64)) {
+    unsafe fn for_each(&self, visit: impl FnMut(K::Bits, u64)) {
+        unsafe { self.for_each_until::<false>(|| false, visit) }
+    }
+
+    /// [`Row::for_each`], but with `MAY_STOP` a warp skips its remaining whole tiles once
+    /// `stop` (asked by lane 0 before each tile) holds; the last, partial tile is always
+    /// visited. (Without `MAY_STOP` no vote is compiled in.)
+    ///
+    /// # Safety
+    /// *Warp-wide* (whole warps call it together).
+    #[inline(always)]
+    unsafe fn for_each_until<const MAY_STOP: bool>(
+        &self,
+        stop: impl Fn() -> bool,
+        mut visit: impl FnMut(K::Bits, u64),
+    ) {
         let thread = device::thread_idx_x() as u64;
         let mut tile = 0;
         while tile + TILE <= self.len {
+            if MAY_STOP && unsafe { device::any(device::FULL_WARP, device::lane_id() == 0 && stop()) } {
+                tile = self.len - self.len % TILE;
+                break;
+            }
             let mut keys = [K::default(); ITEMS];
             for (i, key) in keys.iter_mut().enumerate() {
                 *key = unsafe {
@@ -329,6 +363,83 @@ unsafe fn collect<B: OrderedBits>(
     narrowed.better + narrowed.in_prefix
 }
 
+/// How many of [`SAMPLE`] keys spread evenly over a row of `len` must rank at or below a
+/// bound so that, with high probability, at least `wanted` keys of the row do and at most
+/// [`POOL`]: the sample's expected count below the `wanted`-th best, `m = wanted ·
+/// SAMPLE / len`, plus three standard deviations and 4, so that a shortfall (a wasted read)
+/// is rare (about 0.1 %); `None` when even the expected gathering at that bound, plus three of
+/// its standard deviations, would overflow the pool.
+fn sample_rank(wanted: u64, len: u64) -> Option<u64> {
+    let expected = (wanted * SAMPLE).div_ceil(len);
+    let rank = expected + 3 * expected.isqrt() + 4;
+    let gathered = (rank + 3 * rank.isqrt()) * len / SAMPLE;
+    (rank < SAMPLE && gathered <= POOL).then_some(rank)
+}
+
+/// One read of a row longer than the pool that gathers its best keys straight into the pool
+/// (32-bit keys): a strided sample of [`SAMPLE`] keys (in the pool) is narrowed to a rank
+/// bound at its [`sample_rank`]-th best, then every key of the row at or below the bound is
+/// gathered. When at least `wanted` and at most [`POOL`] keys were within the bound, the
+/// pool holds every candidate for the row's `wanted` best, and the usual narrowing from the
+/// row (one read per digit, and one more to gather) is skipped. Otherwise (skewed or
+/// repeated keys) returns `None` with both counters 0 again, and the caller reads the row as
+/// before: a warp stops gathering once the pool overflows, so all-equal rows lose little.
+///
+/// # Safety
+/// *Block-wide*; both counters 0 and ordered before by a barrier; `row.len > POOL`.
+#[inline(always)]
+unsafe fn speculate<K: Key>(
+    row: &Row<K>,
+    layout: &RadixRowsLayout<K::Bits>,
+    wanted: u64,
+) -> Option<Pool<K::Bits>> {
+    let sample_wanted = sample_rank(wanted, row.len)?;
+    let (next_slot, bits, positions) =
+        unsafe { (layout.next_slot.bind(), layout.pool_bits.bind(), layout.pool_positions.bind()) };
+    let mut i = device::thread_idx_x() as u64;
+    while i < SAMPLE {
+        let position = i * row.len / SAMPLE;
+        unsafe {
+            bits.store(i as usize, row.rank(row.keys.read(row.start + position)));
+            positions.store(i as usize, position as u32);
+        }
+        i += RADIX_ROWS_THREADS as u64;
+    }
+    let sample = Pool { bits, positions, len: SAMPLE as usize };
+    // `narrow` clears the histogram and waits for the block before it visits the sample.
+    let mut narrowed = Narrowed { shift: K::Bits::BITS, prefix: K::Bits::MIN, better: 0, in_prefix: SAMPLE };
+    while narrowed.better + narrowed.in_prefix > sample_wanted && narrowed.shift > 0 {
+        narrowed = unsafe { narrow::<K>(&sample, layout, narrowed, sample_wanted) };
+    }
+    let bound = narrowed.upper();
+    // `narrow` waits for the block after its last visit: the pool may be overwritten.
+    let pool_full = || unsafe { next_slot.atomic_add(1, 0) } > POOL as u32;
+    unsafe {
+        row.for_each_until::<true>(pool_full, |rank, position| {
+            if rank <= bound {
+                let slot = next_slot.atomic_add(1, 1) as usize;
+                if slot < POOL as usize {
+                    bits.store(slot, rank);
+                    positions.store(slot, position as u32);
+                }
+            }
+        });
+        device::sync_threads();
+    }
+    let gathered = unsafe { next_slot.load(1) } as u64;
+    if (wanted..=POOL).contains(&gathered) {
+        return Some(Pool { bits, positions, len: gathered as usize });
+    }
+    unsafe {
+        device::sync_threads(); // every thread has read the count
+        if device::thread_idx_x() == 0 {
+            next_slot.store(1, 0);
+        }
+        device::sync_threads();
+    }
+    None
+}
+
 /// The collect pass when the ties with the `wanted`-th best overflow the candidates (every
 /// bit chosen): keys better than it and its first ties in column order, ordered placement
 /// per tile; stops once all of them are placed. Returns `wanted`.
@@ -458,12 +569,35 @@ pub unsafe fn select_rows_radix<K: Key>(params: RowsParams<K>) {
     let wanted = k.min(len);
     let mut narrowed = Narrowed { shift: K::Bits::BITS, prefix: K::Bits::MIN, better: 0, in_prefix: len };
     let candidates = |narrowed: &Narrowed<K::Bits>| narrowed.better + narrowed.in_prefix;
+    // Narrowing from the pool goes on below the sort's slots, to a sort of `k` rounded up:
+    // a pass over the pool costs less than the sort's larger merges.
+    let sort_target = k.next_power_of_two().min(CAPACITY);
+    let sort_slots_region = (&layout.sort.bits, &layout.sort.positions);
+    let speculated = if pool_len::<K::Bits>() > 0 && len > POOL {
+        unsafe { speculate(&row, &layout, wanted) }
+    } else {
+        None
+    };
+    if let Some(pool) = speculated {
+        // Every key of the row within the bound is in the pool, so the pool's ranks below
+        // the `wanted`-th best are the row's: narrowing the pool narrows the row.
+        narrowed.in_prefix = pool.len as u64;
+        while candidates(&narrowed) > sort_target && narrowed.shift > 0 {
+            narrowed = unsafe { narrow::<K>(&pool, &layout, narrowed, wanted) };
+        }
+        let count = if candidates(&narrowed) > CAPACITY {
+            unsafe { collect_ties_in_order(&row, &layout, narrowed, wanted) }
+        } else {
+            unsafe { collect(&pool, &layout.next_slot, 0, sort_slots_region, narrowed) }
+        };
+        unsafe { sort_and_write(&params, &layout, (part_index, start, first), count, largest) };
+        return;
+    }
     // Without a pool, narrow from the row down to the sort's slots.
     let narrow_from_row_to = pool_len::<K::Bits>().max(CAPACITY);
     while candidates(&narrowed) > narrow_from_row_to && narrowed.shift > 0 {
         narrowed = unsafe { narrow::<K>(&row, &layout, narrowed, wanted) };
     }
-    let sort_slots_region = (&layout.sort.bits, &layout.sort.positions);
     let count = if candidates(&narrowed) <= CAPACITY {
         unsafe { collect(&row, &layout.next_slot, 0, sort_slots_region, narrowed) }
     } else if narrowed.shift == 0 || pool_len::<K::Bits>() == 0 {
@@ -484,7 +618,7 @@ pub unsafe fn select_rows_radix<K: Key>(params: RowsParams<K>) {
         };
         // `narrow` clears the histogram and then waits for the block: the pool is complete
         // after that barrier.
-        while candidates(&narrowed) > CAPACITY && narrowed.shift > 0 {
+        while candidates(&narrowed) > sort_target && narrowed.shift > 0 {
             narrowed = unsafe { narrow::<K>(&pool, &layout, narrowed, wanted) };
         }
         if candidates(&narrowed) > CAPACITY {
@@ -495,8 +629,25 @@ pub unsafe fn select_rows_radix<K: Key>(params: RowsParams<K>) {
             unsafe { collect(&pool, &layout.next_slot, 0, sort_slots_region, narrowed) }
         }
     };
-    unsafe { device::sync_threads() };
+    unsafe { sort_and_write(&params, &layout, (part_index, start, first), count, largest) };
+}
 
+/// Sorts the `count` candidates in the sort's slots by (rank, position) and writes the first
+/// `k` of part `part_index` (padded beyond `count`): the key read back from `start +
+/// position`, its index `first + position` (or `indices_in` there).
+///
+/// # Safety
+/// *Block-wide*, after the candidates are written.
+#[inline(always)]
+unsafe fn sort_and_write<K: Key>(
+    params: &RowsParams<K>,
+    layout: &RadixRowsLayout<K::Bits>,
+    (part_index, start, first): (u64, u64, u64),
+    count: u64,
+    largest: bool,
+) {
+    unsafe { device::sync_threads() };
+    let k = params.k as u64;
     let (bits, positions) = unsafe { (layout.sort.bits.bind(), layout.sort.positions.bind()) };
     let lane = device::lane_id() as usize;
     let warp_base = device::warp_id() as usize * 32 * PAIRS_PER_THREAD;
