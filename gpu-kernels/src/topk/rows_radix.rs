@@ -1,5 +1,5 @@
 //! Batched top-k by radix selection, a block per row: the `k` best of every row for `k` up
-//! to [`MAX_RADIX_ROWS_K`], in about two reads of the row whatever `k` is.
+//! to [`MAX_RADIX_ROWS_K`], in one or two reads of the row whatever `k` is.
 //!
 //! The queues of [`crate::topk::rows`] pay for every key that enters them with merges whose
 //! size grows with `k`; at `k` in the hundreds and thousands those merges, not the reads,

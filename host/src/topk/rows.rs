@@ -5,9 +5,12 @@
 //!   many, a block of four warps per row (BlockSelect) otherwise, or several blocks per row
 //!   and a merge pass when the rows are too few to fill the GPU;
 //! - radix selection, a block per row ([`gpu_select_kernels::topk::rows_radix`]): histogram
-//!   passes narrow the candidates to at most 2048, one more read gathers them, a block sort
-//!   orders them; rows of at most 1024 keys with `k ≤ 256` take a warp each
-//!   ([`gpu_select_kernels::topk::rows_warp_radix`]), the row in registers.
+//!   passes narrow the candidates to at most 2048 (long rows of 32-bit keys: a sample's bound
+//!   gathers them in one read), one more read gathers them, a block sort orders them; rows
+//!   of at most 1024 keys with `k ≤ 256` take a warp each
+//!   ([`gpu_select_kernels::topk::rows_warp_radix`]), the row in registers; few long rows
+//!   are split over blocks, and the parts' sorted runs merged by co-ranking
+//!   ([`gpu_select_kernels::topk::rows_merge`]).
 //!
 //! Larger `k`: each row goes through [`Gpu::top_k_into`] (radix select or SampleSelect, no
 //! `k` limit), so no caller meets a queue ceiling.
@@ -40,13 +43,15 @@ pub const PADDING_INDEX: u64 = NO_INDEX;
 /// shapes, and for tests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum RowsAlgorithm {
-    /// [`RowsAlgorithm::RadixSelect`] for `k ≥` [`RADIX_ROWS_MIN_K`], and for dense rows
-    /// too few to fill the GPU (radix selection then splits each row over several blocks);
-    /// [`RowsAlgorithm::WarpSelect`] otherwise. Measured on an H100 (docs/rows.md): radix
-    /// 2.0–2.4× faster at `k` = 1000 on 10 000 rows, 4.9× at 64 × 131 072, `k` = 1024, and
-    /// 1.3× at 64 × 131 072, `k` = 50; the queues 1.1–1.5× faster at `k` = 100 on 10 000
-    /// long rows, 4.4× on rows of 1 000. `GPU_SELECT_ROWS_ALGORITHM` = `warp-select` or
-    /// `radix-select` overrides the choice (a measurement hook for benchmarks).
+    /// [`RowsAlgorithm::RadixSelect`] for `k ≥` [`RADIX_ROWS_MIN_K`]; for `2 ≤ k ≤ 256` on
+    /// rows of at most 1024 keys (a warp per row); for `k ≥ 100` on rows of at least 65 536
+    /// 32-bit keys (read once); and for dense rows too few to fill the GPU (each row split
+    /// over several blocks). [`RowsAlgorithm::WarpSelect`] otherwise. Measured on an H100
+    /// (docs/rows.md, runs 34–38): radix 2.9× faster at `k` = 1000 on 10 000 × 128 000,
+    /// 1.05× at `k` = 100 there, 1.6× at `k` = 100 on rows of 1 000, and 9× at 64 × 131 072,
+    /// `k` = 1024; the queues 1.7× faster at `k` = 1 on rows of 1 000.
+    /// `GPU_SELECT_ROWS_ALGORITHM` = `warp-select` or `radix-select` overrides the choice (a
+    /// measurement hook for benchmarks).
     #[default]
     Auto,
     /// WarpSelect queues in registers: one read of each row, but every key that enters a
@@ -63,6 +68,15 @@ pub enum RowsAlgorithm {
 
 /// The smallest `k` [`RowsAlgorithm::Auto`] hands to radix selection.
 pub const RADIX_ROWS_MIN_K: usize = 257;
+
+/// The smallest `k` at which [`RowsAlgorithm::Auto`] hands rows of at least
+/// [`RADIX_LONG_ROWS_MIN_LEN`] 32-bit keys to radix selection: such rows are read once (a
+/// sample bounds the `k`-th best), against the queues' one read plus their merges. H100 run
+/// 38, `k = 100`: radix 1.77× the floor against the queues' 1.87× on rows of 128 000, even
+/// (3.31×) on rows of 32 000; smaller `k` not measured on long rows.
+const RADIX_LONG_ROWS_MIN_K: usize = 100;
+/// See [`RADIX_LONG_ROWS_MIN_K`]: between the even 32 000 and the faster 128 000.
+const RADIX_LONG_ROWS_MIN_LEN: u64 = 65_536;
 
 /// Warps of a BlockSelect block.
 const WARPS_PER_BLOCK: u32 = ROWS_THREADS / 32;
@@ -208,7 +222,7 @@ impl Gpu {
         order: Order,
         algorithm: RowsAlgorithm,
     ) -> Result<usize> {
-        match resolve(algorithm, shape, k, self.limits().multiprocessors) {
+        match resolve(algorithm, shape, k, size_of::<K>(), self.limits().multiprocessors) {
             Some(RowsAlgorithm::RadixSelect) => {
                 let parts = radix_blocks_per_row(shape, k as u32, self.limits().multiprocessors);
                 return Ok(if parts == 1 {
@@ -389,7 +403,7 @@ impl Gpu {
         workspace: &mut DeviceBuffer<u8>,
         out: &mut TopK<K>,
     ) -> Result<()> {
-        match resolve(algorithm, rows, k, self.limits().multiprocessors) {
+        match resolve(algorithm, rows, k, size_of::<K>(), self.limits().multiprocessors) {
             Some(RowsAlgorithm::RadixSelect) => {
                 self.radix_select_rows(data, rows, k as u32, order, workspace, out)
             }
@@ -568,7 +582,13 @@ impl Gpu {
 
 /// The kernel `algorithm` runs for `k` on `rows`: `None` when `k` is beyond both (one
 /// top-k per row). [`RowsAlgorithm::Auto`] as documented there.
-fn resolve(algorithm: RowsAlgorithm, rows: Rows, k: usize, multiprocessors: u32) -> Option<RowsAlgorithm> {
+fn resolve(
+    algorithm: RowsAlgorithm,
+    rows: Rows,
+    k: usize,
+    key_bytes: usize,
+    multiprocessors: u32,
+) -> Option<RowsAlgorithm> {
     const _: () = assert!(MAX_QUEUE_K == MAX_RADIX_ROWS_K, "both kernels take k up to the same bound");
     if k > MAX_QUEUE_K as usize {
         return None;
@@ -578,6 +598,9 @@ fn resolve(algorithm: RowsAlgorithm, rows: Rows, k: usize, multiprocessors: u32)
             Ok("warp-select") => RowsAlgorithm::WarpSelect,
             Ok("radix-select") => RowsAlgorithm::RadixSelect,
             _ if k >= RADIX_ROWS_MIN_K => RowsAlgorithm::RadixSelect,
+            _ if key_bytes == 4 && k >= RADIX_LONG_ROWS_MIN_K && rows.mean_len >= RADIX_LONG_ROWS_MIN_LEN => {
+                RowsAlgorithm::RadixSelect
+            }
             _ if k > 1 && warp_radix_fits(rows.max_len, k as u32) => RowsAlgorithm::RadixSelect,
             _ if radix_blocks_per_row(rows, k as u32, multiprocessors) > 1 => RowsAlgorithm::RadixSelect,
             _ => RowsAlgorithm::WarpSelect,
@@ -803,9 +826,13 @@ mod tests {
         if std::env::var_os("GPU_SELECT_ROWS_ALGORITHM").is_some() {
             return; // the measurement hook decides
         }
-        let auto = |shape, k| resolve(RowsAlgorithm::Auto, shape, k, 132);
-        assert_eq!(auto(rows(10_000, 128_000), 100), Some(RowsAlgorithm::WarpSelect));
-        assert_eq!(auto(rows(10_000, 128_000), 256), Some(RowsAlgorithm::WarpSelect));
+        let auto = |shape, k| resolve(RowsAlgorithm::Auto, shape, k, 4, 132);
+        let auto_64_bit = |shape, k| resolve(RowsAlgorithm::Auto, shape, k, 8, 132);
+        assert_eq!(auto(rows(10_000, 128_000), 99), Some(RowsAlgorithm::WarpSelect));
+        assert_eq!(auto(rows(10_000, 128_000), 100), Some(RowsAlgorithm::RadixSelect), "one read");
+        assert_eq!(auto(rows(10_000, 32_000), 100), Some(RowsAlgorithm::WarpSelect));
+        assert_eq!(auto_64_bit(rows(10_000, 128_000), 100), Some(RowsAlgorithm::WarpSelect), "no pool");
+        assert_eq!(auto_64_bit(rows(10_000, 128_000), 256), Some(RowsAlgorithm::WarpSelect));
         assert_eq!(auto(rows(10_000, 128_000), 257), Some(RowsAlgorithm::RadixSelect));
         assert_eq!(auto(rows(64, 131_072), 50), Some(RowsAlgorithm::RadixSelect));
         assert_eq!(auto(rows(64, 131_072), 2049), None);
@@ -813,7 +840,7 @@ mod tests {
         assert_eq!(auto(rows(10_000, 1000), 1), Some(RowsAlgorithm::WarpSelect), "a warp's minimum");
         assert_eq!(auto(rows(10_000, 1025), 100), Some(RowsAlgorithm::WarpSelect));
         assert_eq!(
-            resolve(RowsAlgorithm::WarpSelect, rows(64, 131_072), 1024, 132),
+            resolve(RowsAlgorithm::WarpSelect, rows(64, 131_072), 1024, 4, 132),
             Some(RowsAlgorithm::WarpSelect)
         );
     }
