@@ -52,7 +52,7 @@ fn check_data<K: TestKey>(
     algorithm: RowsAlgorithm,
 ) {
     let top = gpu
-        .top_k_rows_with(&gpu.upload(&data).unwrap(), rows, cols, k, order, algorithm)
+        .top_k_rows_with(&gpu.upload(data).unwrap(), rows, cols, k, order, algorithm)
         .unwrap_or_else(|e| panic!("{rows}×{cols} k={k} {algorithm:?}: {e}"));
     let (values, indices) = (gpu.download(&top.values).unwrap(), gpu.download(&top.indices).unwrap());
     for r in 0..rows {
