@@ -22,7 +22,7 @@
 //!    takes the kernel to 139 registers, one block per multiprocessor instead of two.
 //!
 //!    Rows (or parts) longer than the pool with 32-bit keys first try to skip narrowing
-//!    from the row ([`speculate`]): a strided sample of [`SAMPLE`] keys, narrowed in the
+//!    from the row (`speculate`): a strided sample of [`SAMPLE`] keys, narrowed in the
 //!    pool, bounds the `k`-th best from above with high probability; one read gathers every
 //!    key within the bound into the pool. When at least `k` and at most [`POOL`] keys made
 //!    it (uniform keys almost always), the row has been read once and the passes read the
@@ -73,7 +73,7 @@ pub const CAPACITY: u64 = MAX_BLOCK_SORT_LEN as u64;
 pub const POOL: u64 = 6144;
 
 /// Keys of the strided sample that bounds a long row's `k`-th best before it is read
-/// ([`speculate`]); the sample waits in the pool.
+/// (`speculate`); the sample waits in the pool.
 pub const SAMPLE: u64 = 1024;
 const _: () = assert!(SAMPLE <= POOL);
 
