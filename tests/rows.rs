@@ -319,12 +319,12 @@ fn split_radix_row_i64() {
     check_split_radix_row::<i64>();
 }
 
-/// Long rows whose evenly spaced keys (the radix kernel's sample: 1024 of them at
-/// `i · len / 1024`) are the row's best: the sample bounds the `k`-th best too tightly, fewer
+/// Long rows whose evenly spaced keys (the radix kernel's sample: `SAMPLE` of them at
+/// `i · len / SAMPLE`) are the row's best: the sample bounds the `k`-th best too tightly, fewer
 /// than `k` keys fall within the bound, and the kernel must read the row again the usual way.
 #[test]
 fn radix_rows_whose_sample_misleads() {
-    const SAMPLE: usize = 1024;
+    const SAMPLE: usize = gpu_select_kernels::topk::rows_radix::SAMPLE as usize;
     let gpu = common::gpu();
     // Enough rows that the GPU does not split them (a part would sample other positions).
     let rows = if common::on_emulator(&gpu) { 2 } else { 300 };

@@ -260,6 +260,11 @@ impl<B: OrderedBits> Narrowed<B> {
         self.shift >= B::BITS || rank.shr(self.shift) == self.prefix.shr(self.shift)
     }
 
+    /// Keys that may be among the wanted best: the better ones and those with the prefix.
+    pub(crate) fn candidates(&self) -> u64 {
+        self.better + self.in_prefix
+    }
+
     /// The largest rank with the prefix.
     fn upper(&self) -> B {
         match self.shift {
@@ -360,7 +365,7 @@ unsafe fn collect<B: OrderedBits>(
             }
         });
     }
-    narrowed.better + narrowed.in_prefix
+    narrowed.candidates()
 }
 
 /// How many of [`SAMPLE`] keys spread evenly over a row of `len` must rank at or below a
@@ -408,7 +413,7 @@ unsafe fn speculate<K: Key>(
     let sample = Pool { bits, positions, len: SAMPLE as usize };
     // `narrow` clears the histogram and waits for the block before it visits the sample.
     let mut narrowed = Narrowed { shift: K::Bits::BITS, prefix: K::Bits::MIN, better: 0, in_prefix: SAMPLE };
-    while narrowed.better + narrowed.in_prefix > sample_wanted && narrowed.shift > 0 {
+    while narrowed.candidates() > sample_wanted && narrowed.shift > 0 {
         narrowed = unsafe { narrow::<K>(&sample, layout, narrowed, sample_wanted) };
     }
     let bound = narrowed.upper();
@@ -568,68 +573,81 @@ pub unsafe fn select_rows_radix<K: Key>(params: RowsParams<K>) {
     let k = params.k as u64;
     let wanted = k.min(len);
     let mut narrowed = Narrowed { shift: K::Bits::BITS, prefix: K::Bits::MIN, better: 0, in_prefix: len };
-    let candidates = |narrowed: &Narrowed<K::Bits>| narrowed.better + narrowed.in_prefix;
     // Narrowing from the pool goes on below the sort's slots, to a sort of `k` rounded up:
     // a pass over the pool costs less than the sort's larger merges.
     let sort_target = k.next_power_of_two().min(CAPACITY);
-    let sort_slots_region = (&layout.sort.bits, &layout.sort.positions);
     let speculated = if pool_len::<K::Bits>() > 0 && len > POOL {
         unsafe { speculate(&row, &layout, wanted) }
     } else {
         None
     };
-    if let Some(pool) = speculated {
+    let count = if let Some(pool) = speculated {
         // Every key of the row within the bound is in the pool, so the pool's ranks below
         // the `wanted`-th best are the row's: narrowing the pool narrows the row.
         narrowed.in_prefix = pool.len as u64;
-        while candidates(&narrowed) > sort_target && narrowed.shift > 0 {
-            narrowed = unsafe { narrow::<K>(&pool, &layout, narrowed, wanted) };
-        }
-        let count = if candidates(&narrowed) > CAPACITY {
-            unsafe { collect_ties_in_order(&row, &layout, narrowed, wanted) }
-        } else {
-            unsafe { collect(&pool, &layout.next_slot, 0, sort_slots_region, narrowed) }
-        };
-        unsafe { sort_and_write(&params, &layout, (part_index, start, first), count, largest) };
-        return;
-    }
-    // Without a pool, narrow from the row down to the sort's slots.
-    let narrow_from_row_to = pool_len::<K::Bits>().max(CAPACITY);
-    while candidates(&narrowed) > narrow_from_row_to && narrowed.shift > 0 {
-        narrowed = unsafe { narrow::<K>(&row, &layout, narrowed, wanted) };
-    }
-    let count = if candidates(&narrowed) <= CAPACITY {
-        unsafe { collect(&row, &layout.next_slot, 0, sort_slots_region, narrowed) }
-    } else if narrowed.shift == 0 || pool_len::<K::Bits>() == 0 {
-        // (Without a pool the narrowing above ended at shift 0; the test drops the pool's
-        // code from 64-bit kernels.)
-        unsafe { collect_ties_in_order(&row, &layout, narrowed, wanted) }
+        unsafe { finish_from_pool(&row, &pool, &layout, narrowed, wanted, sort_target) }
     } else {
-        // More than the sort takes, no more than the pool: narrow on from the pool.
-        let pool_len = unsafe {
-            collect(&row, &layout.next_slot, 1, (&layout.pool_bits, &layout.pool_positions), narrowed)
-        };
-        let pool = unsafe {
-            Pool {
-                bits: layout.pool_bits.bind(),
-                positions: layout.pool_positions.bind(),
-                len: pool_len as usize,
-            }
-        };
-        // `narrow` clears the histogram and then waits for the block: the pool is complete
-        // after that barrier.
-        while candidates(&narrowed) > sort_target && narrowed.shift > 0 {
-            narrowed = unsafe { narrow::<K>(&pool, &layout, narrowed, wanted) };
+        // Without a pool, narrow from the row down to the sort's slots.
+        let narrow_from_row_to = pool_len::<K::Bits>().max(CAPACITY);
+        while narrowed.candidates() > narrow_from_row_to && narrowed.shift > 0 {
+            narrowed = unsafe { narrow::<K>(&row, &layout, narrowed, wanted) };
         }
-        if candidates(&narrowed) > CAPACITY {
-            // Every bit chosen and the ties still too many: they go in column order, so
-            // from the row.
+        if narrowed.candidates() <= CAPACITY {
+            unsafe {
+                collect(&row, &layout.next_slot, 0, (&layout.sort.bits, &layout.sort.positions), narrowed)
+            }
+        } else if narrowed.shift == 0 || pool_len::<K::Bits>() == 0 {
+            // (Without a pool the narrowing above ended at shift 0; the test drops the pool's
+            // code from 64-bit kernels.)
             unsafe { collect_ties_in_order(&row, &layout, narrowed, wanted) }
         } else {
-            unsafe { collect(&pool, &layout.next_slot, 0, sort_slots_region, narrowed) }
+            // More than the sort takes, no more than the pool: narrow on from the pool.
+            let pool_len = unsafe {
+                collect(&row, &layout.next_slot, 1, (&layout.pool_bits, &layout.pool_positions), narrowed)
+            };
+            let pool = unsafe {
+                Pool {
+                    bits: layout.pool_bits.bind(),
+                    positions: layout.pool_positions.bind(),
+                    len: pool_len as usize,
+                }
+            };
+            unsafe { finish_from_pool(&row, &pool, &layout, narrowed, wanted, sort_target) }
         }
     };
     unsafe { sort_and_write(&params, &layout, (part_index, start, first), count, largest) };
+}
+
+/// Narrows on in `pool`, which holds every key of the row that may be among the `wanted`
+/// best, until the candidates fit a sort of `sort_target` (or every bit is chosen), then
+/// gathers them into the sort's slots: from the pool, or, when the ties with the
+/// `wanted`-th best still overflow the slots, in column order from the row. Returns their
+/// number.
+///
+/// # Safety
+/// *Block-wide*; the pool is written (a barrier follows in the first `narrow`, and the
+/// gathers order nothing before it); the sort's counter is 0.
+#[inline(always)]
+unsafe fn finish_from_pool<K: Key>(
+    row: &Row<K>,
+    pool: &Pool<K::Bits>,
+    layout: &RadixRowsLayout<K::Bits>,
+    mut narrowed: Narrowed<K::Bits>,
+    wanted: u64,
+    sort_target: u64,
+) -> u64 {
+    // `narrow` clears the histogram and then waits for the block: the pool is complete
+    // after that barrier.
+    while narrowed.candidates() > sort_target && narrowed.shift > 0 {
+        narrowed = unsafe { narrow::<K>(pool, layout, narrowed, wanted) };
+    }
+    if narrowed.candidates() > CAPACITY {
+        // Every bit chosen and the ties still too many: they go in column order, so from the
+        // row.
+        unsafe { collect_ties_in_order(row, layout, narrowed, wanted) }
+    } else {
+        unsafe { collect(pool, &layout.next_slot, 0, (&layout.sort.bits, &layout.sort.positions), narrowed) }
+    }
 }
 
 /// Sorts the `count` candidates in the sort's slots by (rank, position) and writes the first

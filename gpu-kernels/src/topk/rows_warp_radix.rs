@@ -332,15 +332,12 @@ pub unsafe fn select_rows_warp_radix<K: Key>(params: RowsParams<K>) {
     if wanted > 0 {
         let capacity = 32 * registers;
         let mut narrowed = unsafe { window(&row) };
-        while narrowed.better + narrowed.in_prefix > capacity && narrowed.shift > 0 {
+        while narrowed.candidates() > capacity && narrowed.shift > 0 {
             narrowed = unsafe { narrow(&row, &histogram, warp * BINS, narrowed, wanted) };
         }
         // Every key with the prefix fits, or (all bits chosen) only its first ties do.
-        let region_limit = if narrowed.better + narrowed.in_prefix <= capacity {
-            narrowed.in_prefix
-        } else {
-            wanted - narrowed.better
-        };
+        let region_limit =
+            if narrowed.candidates() <= capacity { narrowed.in_prefix } else { wanted - narrowed.better };
         unsafe { gather(&row, (&bits, &positions), slots_base, narrowed, region_limit) };
         count = narrowed.better + region_limit;
     }
