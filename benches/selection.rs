@@ -358,7 +358,9 @@ fn bench_rows(
         std::env::var("GPU_SELECT_ROWS_ALGORITHM").map_or(String::new(), |a| format!(" algorithm={a}"));
     let layout =
         std::env::var("GPU_SELECT_ROWS_WARPS_PER_ROW").map_or(String::new(), |w| format!(" warps/row={w}"));
-    let name = format!("f32 {rows}x{cols} k={k} {order:?}{algorithm}{layout}");
+    let parts =
+        std::env::var("GPU_SELECT_ROWS_RADIX_PARTS").map_or(String::new(), |p| format!(" radix-parts={p}"));
+    let name = format!("f32 {rows}x{cols} k={k} {order:?}{algorithm}{layout}{parts}");
     let mut samples = Samples::default();
     // The workspace form, outputs and workspace allocated once (as torch's caching
     // allocator serves `torch.topk`).
@@ -392,13 +394,13 @@ fn bench_rows(
 /// The batched shapes of design.md §5 and the issue: 10 000 rows of 1 000 / 32 000 /
 /// 128 000 keys (k = 100 and 1000 smallest; on rows of 1 000 also k = 1, 32 and 256, where
 /// Auto chooses between a warp's queue and a warp's radix selection), and 64 × 131 072
-/// (k = 50 and 1024 largest).
+/// (k = 50, 256 and 1024 largest).
 fn bench_all_rows(criterion: &mut Criterion, gpu: &Gpu, cases: &mut Vec<Case>) {
     let shapes: [(usize, usize, &[usize], Order); 4] = [
         (10_000, 1000, &[1, 32, 100, 256], Order::Smallest),
         (10_000, 32_000, &[100, 1000], Order::Smallest),
         (10_000, 128_000, &[100, 1000], Order::Smallest),
-        (64, 131_072, &[50, 1024], Order::Largest),
+        (64, 131_072, &[50, 256, 1024], Order::Largest),
     ];
     for (rows, cols, ks, order) in shapes {
         let matrix = gpu.upload(&uniform_f32(rows * cols, cols as u64)).unwrap();

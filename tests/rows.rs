@@ -404,7 +404,9 @@ fn warp_radix_ragged_rows() {
 }
 
 /// Radix selection over ragged rows: empty rows, rows shorter than k (padded), rows that
-/// start anywhere, and the choice of the two kernels agreeing on one batch.
+/// start anywhere, and the choice of the two kernels agreeing on one batch. The `k`s take
+/// every register layout of the block sort (`sort_and_write`: 2 pairs a thread for at most
+/// 64 candidates and `k ≤ 512`, 4 up to 1024, 8 beyond), short rows padding to `k` in each.
 #[test]
 fn radix_ragged_rows() {
     let gpu = common::gpu();
@@ -413,6 +415,9 @@ fn radix_ragged_rows() {
         for k in [1, 300, 2048] {
             check_ragged_with::<f32>(&gpu, &lens, k, order, RowsAlgorithm::RadixSelect);
             check_ragged_with::<u64>(&gpu, &lens, k, order, RowsAlgorithm::RadixSelect);
+        }
+        for k in [600, 1024, 1025] {
+            check_ragged_with::<f32>(&gpu, &lens, k, order, RowsAlgorithm::RadixSelect);
         }
     }
     check_ragged_with::<i32>(&gpu, &lens, 40, Order::Largest, RowsAlgorithm::WarpSelect);

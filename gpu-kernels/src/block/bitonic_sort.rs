@@ -116,29 +116,38 @@ pub unsafe fn shared_stage<B: OrderedBits>(
     unsafe { device::sync_threads() };
 }
 
-/// Sorts the block's 2048 slots, held in registers as in [`sort_segments`] (slot
-/// `32·(8·warp + r) + lane` in register `r` of that lane), as runs of `capacity` slots, each
-/// ascending by (bits, position): the block sort's network, for kernels that load their own
-/// slots (SampleSelect sorts its sample with it).
+/// Sorts the block's slots, held in registers `R` to a thread: slot `32·(R·warp + r) +
+/// lane` in register `r` of that lane, `256·R` slots in all (2048 with
+/// [`PAIRS_PER_THREAD`], as [`sort_segments`] holds them), as runs of `capacity` slots,
+/// each ascending by (bits, position): the block sort's network, for kernels that load
+/// their own slots (SampleSelect sorts its sample with it). A kernel that sorts fewer than
+/// 2048 candidates may hold them in fewer registers a thread: all warps then share the
+/// merges in registers, and the shared-memory stages touch only `256·R` slots (the radix
+/// rows kernel sorts up to 1024 candidates with `R = 4`, 64 with `R = 2`).
 ///
 /// # Safety
-/// *Block-wide*, [`SORT_THREADS`] threads; `capacity` a power of two from 2 to 2048; `layout`
-/// made by [`BlockSortLayout::new`] for segments of `capacity`.
+/// *Block-wide*, [`SORT_THREADS`] threads; `R` a power of two from 1 to
+/// [`PAIRS_PER_THREAD`]; `capacity` a power of two from 2 to `256·R`; `layout` made by
+/// [`BlockSortLayout::new`] for segments of `capacity` when `R =` [`PAIRS_PER_THREAD`],
+/// for segments of 2048 otherwise.
 #[inline(always)]
-pub unsafe fn sort_slots<B: OrderedBits>(
-    pairs: &mut WarpPairs<B, PAIRS_PER_THREAD>,
+pub unsafe fn sort_slots<B: OrderedBits, const R: usize>(
+    pairs: &mut WarpPairs<B, R>,
     capacity: usize,
     layout: &BlockSortLayout<B>,
 ) {
+    let warp_slots = 32 * R;
     let lane = device::lane_id() as usize;
-    let warp_base = device::warp_id() as usize * WARP_SLOTS;
+    let warp_base = device::warp_id() as usize * warp_slots;
     unsafe { sort_runs(pairs, warp_base, capacity) };
 
-    if capacity > WARP_SLOTS {
-        let (bits, positions) = unsafe { (layout.bits.bind(), layout.positions.bind()) };
-        let mut size = 2 * WARP_SLOTS;
+    if capacity > warp_slots {
+        let slots = warp_slots * (SORT_THREADS / 32) as usize;
+        let (bits, positions) =
+            unsafe { (layout.bits.bind().prefix(slots), layout.positions.bind().prefix(slots)) };
+        let mut size = 2 * warp_slots;
         while size <= capacity {
-            for r in 0..PAIRS_PER_THREAD {
+            for r in 0..R {
                 let slot = warp_base + r * 32 + lane;
                 unsafe {
                     bits.store(slot, pairs.bits[r]);
@@ -147,20 +156,20 @@ pub unsafe fn sort_slots<B: OrderedBits>(
             }
             unsafe { device::sync_threads() };
             let mut stride = size / 2;
-            while stride >= WARP_SLOTS {
+            while stride >= warp_slots {
                 unsafe { shared_stage(bits, positions, size, stride, capacity) };
                 stride /= 2;
             }
             // Each thread reloads the slots it stored, so no barrier is needed before the
             // next store of them.
-            for r in 0..PAIRS_PER_THREAD {
+            for r in 0..R {
                 let slot = warp_base + r * 32 + lane;
                 unsafe {
                     pairs.bits[r] = bits.load(slot);
                     pairs.positions[r] = positions.load(slot);
                 }
             }
-            unsafe { merge_stages(pairs, warp_base, size, WARP_SLOTS / 2, capacity) };
+            unsafe { merge_stages(pairs, warp_base, size, warp_slots / 2, capacity) };
             size *= 2;
         }
     }

@@ -134,6 +134,12 @@ impl<T: Copy> SharedSlice<T> {
         self.len == 0
     }
 
+    /// The first `len` values (all of them when there are fewer).
+    #[inline(always)]
+    pub fn prefix(&self, len: usize) -> Self {
+        Self { base: self.base, len: if len < self.len { len } else { self.len } }
+    }
+
     /// Reads value `index`. *Any thread*; it must be ordered after the write by a barrier
     /// when another thread wrote it.
     ///

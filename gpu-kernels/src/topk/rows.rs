@@ -83,7 +83,8 @@ pub struct RowsParams<K> {
     pub k: u32,
     /// [`Order::to_raw`].
     pub order: u32,
-    /// Blocks sharing a row, each over an equal part of it.
+    /// Blocks sharing a row, each over an equal part of it (the co-ranking merge's blocks
+    /// share a row's candidates instead: `crate::topk::rows_merge`).
     pub blocks_per_row: u32,
     /// Warps that work on one part: 4 (the block, [`ROWS_THREADS`]` / 32`) or 1 (each warp
     /// its own row; then `blocks_per_row` is 1).

@@ -12,9 +12,10 @@
 //! order and each run breaks its own ties by column, ties in the merge go to the lower column
 //! as everywhere in the library. A candidate whose place is below `k` writes itself there;
 //! the places are a permutation, so each output slot has exactly one writer. No histogram, no
-//! sort: the block stages the row's ranks in shared memory once (one read of the
-//! candidates) and every thread searches for its own. A candidate stops searching once its
-//! place reaches `k`.
+//! sort: each block stages the row's ranks in shared memory (one read of the candidates)
+//! and every thread searches for its own. A candidate stops searching once its place
+//! reaches `k`. A row's candidates may be shared among several blocks (`blocks_per_row`),
+//! each staging every rank and placing its slices: few rows then still fill the GPU.
 //!
 //! Against selecting again (the radix kernel over the candidates, narrowing and then a block
 //! sort of up to 2048), this does `(runs − 1) · log2(k)` shared-memory reads per candidate
@@ -22,8 +23,8 @@
 //!
 //! Rows are dense runs: row `r` is `cols = runs · k` candidates at `r · row_stride` of
 //! `keys_in` (with `indices_in`, or the position in the row when null), run `i` its keys
-//! `i · k .. (i + 1) · k`, each sorted best first by (rank, column) with no padding. Block `r`
-//! writes row `r`'s `k` best, sorted, at `r · k`.
+//! `i · k .. (i + 1) · k`, each sorted best first by (rank, column) with no padding. The blocks
+//! of row `r` write its `k` best, sorted, at `r · k`.
 
 use crate::device::{self, SharedLayout, SharedRegion, SharedSlice};
 use crate::key::{Key, OrderedBits};
@@ -61,61 +62,70 @@ impl<B> Default for RowsMergeLayout<B> {
 }
 
 /// How many ranks of the sorted run `ranks[start .. start + len]` come before `x`: those
-/// below it, and with `ties_first` those equal to it too.
+/// below it, and with `ties_first` those equal to it too. Branch-free: the steps depend
+/// on `len` alone, so a warp's lanes search in step (H100 run 39: a branchy 64-bit search
+/// was half the kernel's stalls).
 #[inline(always)]
 unsafe fn count_before<B: OrderedBits>(
     ranks: &SharedSlice<B>,
-    start: usize,
-    len: usize,
+    start: u32,
+    len: u32,
     x: B,
     ties_first: bool,
-) -> usize {
-    let (mut low, mut remaining) = (0, len);
-    while remaining > 0 {
-        let half = remaining / 2;
-        let rank = unsafe { ranks.load(start + low + half) };
-        if rank < x || (ties_first && rank == x) {
-            low += half + 1;
-            remaining -= half + 1;
-        } else {
-            remaining = half;
-        }
+) -> u32 {
+    if len == 0 {
+        return 0;
     }
-    low
+    let before = |rank: B| rank < x || (ties_first && rank == x);
+    // The count lies in `base ..= base + remaining`.
+    let (mut base, mut remaining) = (start, len);
+    while remaining > 1 {
+        let half = remaining / 2;
+        if before(unsafe { ranks.load((base + half) as usize) }) {
+            base += half;
+        }
+        remaining -= half;
+    }
+    base - start + before(unsafe { ranks.load(base as usize) }) as u32
 }
 
-/// The `top_k_rows_merge_<key>` kernel: block `r` writes the `k` best of row `r`'s runs
-/// (module docs).
+/// The `top_k_rows_merge_<key>` kernel: the blocks of row `r` write the `k` best of its
+/// runs (module docs), block `b` of the row placing every `blocks_per_row`-th slice of
+/// [`MERGE_ROWS_THREADS`] candidates, starting with slice `b`.
 ///
 /// # Safety
-/// [`MERGE_ROWS_THREADS`] threads, [`RowsMergeLayout::bytes`] of shared memory, `rows`
-/// blocks; `cols = runs · k` with `1 ≤ runs ≤` [`MERGE_MAX_RUNS`] and `cols ≤`
-/// [`MERGE_MAX_CANDIDATES`]; each run sorted and unpadded as the module docs say;
-/// `blocks_per_row = 1`; buffers as [`RowsParams`] documents.
+/// [`MERGE_ROWS_THREADS`] threads, [`RowsMergeLayout::bytes`] of shared memory,
+/// `rows · blocks_per_row` blocks (`blocks_per_row ≥ 1`); `cols = runs · k` with
+/// `1 ≤ runs ≤` [`MERGE_MAX_RUNS`] and `cols ≤` [`MERGE_MAX_CANDIDATES`]; each run sorted
+/// and unpadded as the module docs say; buffers as [`RowsParams`] documents.
 #[inline(always)]
 pub unsafe fn merge_rows<K: Key>(params: RowsParams<K>) {
-    let row = device::block_idx_x() as u64;
+    let blocks_per_row = params.blocks_per_row.max(1) as u64;
+    let block = device::block_idx_x() as u64;
+    let (row, slice) = (block / blocks_per_row, (block % blocks_per_row) as u32);
     if row >= params.rows {
         return;
     }
     let largest = Order::from_raw(params.order) == Order::Largest;
     let flip = if largest { K::Bits::MAX } else { K::Bits::MIN };
-    let (k, len) = (params.k as usize, params.cols as usize);
+    // Both fit in 32 bits: `len ≤ MERGE_MAX_CANDIDATES`.
+    let (k, len) = (params.k, params.cols as u32);
     let runs = len / k;
     let start = row * params.row_stride;
     let ranks = unsafe { RowsMergeLayout::<K::Bits>::new().ranks.bind() };
-    let thread = device::thread_idx_x() as usize;
+    let thread = device::thread_idx_x();
     let mut at = thread;
     while at < len {
-        unsafe { ranks.store(at, params.keys_in.read(start + at as u64).to_ordered().xor(flip)) };
-        at += MERGE_ROWS_THREADS as usize;
+        let rank = unsafe { params.keys_in.read(start + at as u64) }.to_ordered().xor(flip);
+        unsafe { ranks.store(at as usize, rank) };
+        at += MERGE_ROWS_THREADS;
     }
     unsafe { device::sync_threads() };
 
-    let mut at = thread;
+    let mut at = slice * MERGE_ROWS_THREADS + thread;
     while at < len {
         let (run, position) = (at / k, at % k);
-        let rank = unsafe { ranks.load(at) };
+        let rank = unsafe { ranks.load(at as usize) };
         let mut place = position;
         let mut other = 0;
         while other < runs && place < k {
@@ -134,6 +144,6 @@ pub unsafe fn merge_rows<K: Key>(params: RowsParams<K>) {
                 params.indices_out.write(to, index);
             }
         }
-        at += MERGE_ROWS_THREADS as usize;
+        at += blocks_per_row as u32 * MERGE_ROWS_THREADS;
     }
 }

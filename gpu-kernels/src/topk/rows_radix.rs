@@ -31,8 +31,9 @@
 //!    go on until the candidates fit a sort of `k` rounded up to a power of two, not
 //!    of [`CAPACITY`]: a pass over the pool costs less than the larger sort's merges.
 //! 3. **Sort** the candidates with the block bitonic sort ([`sort_slots`]), by (rank,
-//!    position), and write the first `k`: the key read back from the row (bit for bit), and
-//!    its column (or `indices_in`).
+//!    position), in as few registers a thread as hold them (every warp shares the sort),
+//!    and write the first `k`: the key its rank decodes to (a NaN read back from the row,
+//!    for its payload), and its column (or `indices_in`).
 //!
 //! **Ties.** When every bit is chosen and the keys equal to the `k`-th best still overflow
 //! the candidates, the collect pass places keys in column order (warp ballots, a scan over
@@ -75,7 +76,9 @@ pub const POOL: u64 = 6144;
 /// Keys of the strided sample that bounds a long row's `k`-th best before it is read
 /// (`speculate`); the sample waits in the pool.
 pub const SAMPLE: u64 = 1024;
-const _: () = assert!(SAMPLE <= POOL);
+const _: () = assert!(SAMPLE <= POOL && SAMPLE.is_multiple_of(RADIX_ROWS_THREADS as u64));
+/// Sampled keys each thread loads.
+const SAMPLE_PER_THREAD: usize = (SAMPLE / RADIX_ROWS_THREADS as u64) as usize;
 
 /// The pool's candidates for keys of `B`: none for 64-bit keys (module docs).
 const fn pool_len<B>() -> u64 {
@@ -401,14 +404,20 @@ unsafe fn speculate<K: Key>(
     let sample_wanted = sample_rank(wanted, row.len)?;
     let (next_slot, bits, positions) =
         unsafe { (layout.next_slot.bind(), layout.pool_bits.bind(), layout.pool_positions.bind()) };
-    let mut i = device::thread_idx_x() as u64;
-    while i < SAMPLE {
-        let position = i * row.len / SAMPLE;
+    // Every load is issued before the first store: one memory latency, not one per key
+    // (H100 run 39: a tenth of the kernel's stalls waited on these loads one by one).
+    let thread = device::thread_idx_x() as u64;
+    let position = |i: usize| (thread + (i * RADIX_ROWS_THREADS as usize) as u64) * row.len / SAMPLE;
+    let mut sampled = [K::default(); SAMPLE_PER_THREAD];
+    for (i, key) in sampled.iter_mut().enumerate() {
+        *key = unsafe { row.keys.read(row.start + position(i)) };
+    }
+    for (i, key) in sampled.iter().enumerate() {
+        let slot = thread as usize + i * RADIX_ROWS_THREADS as usize;
         unsafe {
-            bits.store(i as usize, row.rank(row.keys.read(row.start + position)));
-            positions.store(i as usize, position as u32);
+            bits.store(slot, row.rank(*key));
+            positions.store(slot, position(i) as u32);
         }
-        i += RADIX_ROWS_THREADS as u64;
     }
     let sample = Pool { bits, positions, len: SAMPLE as usize };
     // `narrow` clears the histogram and waits for the block before it visits the sample.
@@ -651,8 +660,11 @@ unsafe fn finish_from_pool<K: Key>(
 }
 
 /// Sorts the `count` candidates in the sort's slots by (rank, position) and writes the first
-/// `k` of part `part_index` (padded beyond `count`): the key read back from `start +
-/// position`, its index `first + position` (or `indices_in` there).
+/// `k` of part `part_index` (padded beyond `count`): the key its rank decodes to (a NaN read
+/// back from `start + position`), its index `first + position` (or `indices_in` there). The candidates go into
+/// as few registers a thread as hold them, so that every warp shares the sort (H100 run 39:
+/// a quarter of the split LLM rows' stalls sorted 1024 candidates in four warps' 2048
+/// slots).
 ///
 /// # Safety
 /// *Block-wide*, after the candidates are written.
@@ -660,17 +672,43 @@ unsafe fn finish_from_pool<K: Key>(
 unsafe fn sort_and_write<K: Key>(
     params: &RowsParams<K>,
     layout: &RadixRowsLayout<K::Bits>,
-    (part_index, start, first): (u64, u64, u64),
+    part: (u64, u64, u64),
     count: u64,
     largest: bool,
 ) {
     unsafe { device::sync_threads() };
+    let capacity = sort_capacity(count as u32) as usize;
+    // The slots also take the padding up to `k`.
+    let k = params.k as usize;
+    unsafe {
+        if capacity <= 64 && k <= 2 * 256 {
+            sort_and_write_in::<K, 2>(params, layout, part, (count, capacity), largest)
+        } else if capacity <= 1024 && k <= 4 * 256 {
+            sort_and_write_in::<K, 4>(params, layout, part, (count, capacity), largest)
+        } else {
+            sort_and_write_in::<K, PAIRS_PER_THREAD>(params, layout, part, (count, capacity), largest)
+        }
+    }
+}
+
+/// [`sort_and_write`] with `R` registers a thread: the slots `32·(R·warp + r) + lane`.
+///
+/// # Safety
+/// As [`sort_and_write`], after its barrier; `capacity` and `k` at most `256·R`.
+#[inline(always)]
+unsafe fn sort_and_write_in<K: Key, const R: usize>(
+    params: &RowsParams<K>,
+    layout: &RadixRowsLayout<K::Bits>,
+    (part_index, start, first): (u64, u64, u64),
+    (count, capacity): (u64, usize),
+    largest: bool,
+) {
     let k = params.k as u64;
     let (bits, positions) = unsafe { (layout.sort.bits.bind(), layout.sort.positions.bind()) };
     let lane = device::lane_id() as usize;
-    let warp_base = device::warp_id() as usize * 32 * PAIRS_PER_THREAD;
-    let mut pairs = WarpPairs::<K::Bits, PAIRS_PER_THREAD>::padding();
-    for r in 0..PAIRS_PER_THREAD {
+    let warp_base = device::warp_id() as usize * 32 * R;
+    let mut pairs = WarpPairs::<K::Bits, R>::padding();
+    for r in 0..R {
         let slot = warp_base + r * 32 + lane;
         if (slot as u64) < count {
             unsafe {
@@ -679,11 +717,13 @@ unsafe fn sort_and_write<K: Key>(
             }
         }
     }
-    unsafe { sort_slots(&mut pairs, sort_capacity(count as u32) as usize, &layout.sort) };
+    // (The sort's first stores go to the slots each thread just read: no barrier needed.)
+    unsafe { sort_slots(&mut pairs, capacity, &layout.sort) };
 
     let out_start = part_index * k;
     let padding_key = if largest { K::LOWEST } else { K::HIGHEST };
-    for r in 0..PAIRS_PER_THREAD {
+    let flip = if largest { K::Bits::MAX } else { K::Bits::MIN };
+    for r in 0..R {
         let slot = (warp_base + r * 32 + lane) as u64;
         if slot < k {
             let position = pairs.positions[r];
@@ -696,7 +736,13 @@ unsafe fn sort_and_write<K: Key>(
                 } else {
                     unsafe { params.indices_in.read(at) }
                 };
-                (unsafe { params.keys_in.read(at) }, index)
+                // The rank decodes to the key bit for bit, except NaNs (they share one
+                // rank): only those are read back from the row, for their payloads. (H100
+                // run 39: reading every key back was a tenth of the split rows' stalls.)
+                let decoded = K::from_ordered(pairs.bits[r].xor(flip));
+                #[allow(clippy::eq_op)] // `x != x`: NaN, the only key not equal to itself
+                let key = if decoded != decoded { unsafe { params.keys_in.read(at) } } else { decoded };
+                (key, index)
             };
             unsafe {
                 params.keys_out.write(out_start + slot, key);

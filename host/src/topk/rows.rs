@@ -92,6 +92,10 @@ const RADIX_TARGET_BLOCKS_PER_SM: u32 = 2;
 const MIN_RADIX_PART_LEN: u64 = 8192;
 /// The most blocks one row is split over.
 const MAX_BLOCKS_PER_ROW: u64 = 256;
+/// Candidates of a split row each block of the co-ranking merge places (all of them stage
+/// the row's ranks): two per thread, so that the searches of 64 rows of 4096 candidates
+/// spread over 256 blocks instead of 64.
+const MERGE_CANDIDATES_PER_BLOCK: u64 = 2 * MERGE_ROWS_THREADS as u64;
 
 /// The rows of a batched top-k: what the kernel sees, and the host's copy of the offsets
 /// (ragged rows) for the paths that work row by row.
@@ -484,17 +488,17 @@ impl Gpu {
             }
             return self.launch_rows(kernel, params);
         }
-        self.split_and_merge_rows(kernel, kernel, params, parts, workspace)
+        self.split_and_merge_rows(kernel, (kernel, 1), params, parts, workspace)
     }
 
     /// The paper's two passes for few long rows: each of a row's `parts` writes its `k` best
     /// into the workspace (indices first, 8-byte aligned, then keys) with `first`, then
-    /// `merge` writes each row's `k` best of its parts' candidates (dense rows of
-    /// `parts · k`, indices carried along) to `params`' outputs.
+    /// `merge` (with its blocks per row) writes each row's `k` best of its parts' candidates
+    /// (dense rows of `parts · k`, indices carried along) to `params`' outputs.
     fn split_and_merge_rows<K: SelectKey>(
         &self,
         first: RowsKernel<K>,
-        merge: RowsKernel<K>,
+        (merge, merge_blocks_per_row): (RowsKernel<K>, u32),
         params: RowsParams<K>,
         parts: u64,
         workspace: &mut DeviceBuffer<u8>,
@@ -510,6 +514,7 @@ impl Gpu {
             row_offsets: GlobalPtr::null(),
             cols: candidates_per_row,
             row_stride: candidates_per_row,
+            blocks_per_row: merge_blocks_per_row,
             ..params
         };
         self.launch_rows(merge, merge_params)
@@ -640,20 +645,22 @@ fn radix_kernel<K: SelectKey>(max_len: u64, k: u32) -> RowsKernel<K> {
 }
 
 /// The second pass of a row split into `parts` by the radix kernel, whose parts write their
-/// `k` best sorted and unpadded: co-ranking of those runs when they fit its shared memory
-/// (a few binary searches per candidate, no selection), else the radix kernel over the
-/// candidates.
-fn radix_merge_kernel<K: SelectKey>(parts: u64, k: u32) -> RowsKernel<K> {
+/// `k` best sorted and unpadded, and its blocks per row: co-ranking of those runs when they
+/// fit its shared memory (a few binary searches per candidate, no selection), a block per
+/// [`MERGE_CANDIDATES_PER_BLOCK`] candidates; else the radix kernel over the candidates, a
+/// block per row.
+fn radix_merge_kernel<K: SelectKey>(parts: u64, k: u32) -> (RowsKernel<K>, u32) {
     let candidates = parts * k as u64;
     if parts <= MERGE_MAX_RUNS && candidates <= MERGE_MAX_CANDIDATES {
-        RowsKernel {
+        let kernel = RowsKernel {
             id: K::ROWS_MERGE,
             block_threads: MERGE_ROWS_THREADS,
             shared_bytes: RowsMergeLayout::<K::Bits>::new().bytes,
             rows_per_block: 1,
-        }
+        };
+        (kernel, candidates.div_ceil(MERGE_CANDIDATES_PER_BLOCK) as u32)
     } else {
-        radix_kernel(candidates, k)
+        (radix_kernel(candidates, k), 1)
     }
 }
 
@@ -761,13 +768,19 @@ fn blocks_per_row(rows: Rows, k: u32, multiprocessors: u32) -> u64 {
 /// the blocks within that one wave (a second, partial wave of equal blocks would double
 /// the time: H100 run 34, 5 parts of 64 rows), each of at least [`MIN_RADIX_PART_LEN`]
 /// and `k` keys. Ragged rows are not split: a short row's parts could hold fewer than `k`
-/// keys, and padding must not reach the second pass.
+/// keys, and padding must not reach the second pass. `GPU_SELECT_ROWS_RADIX_PARTS` = `n`
+/// overrides the count for dense rows (at most `cols / k` parts), so that benchmarks can
+/// time other splits of one shape.
 fn radix_blocks_per_row(rows: Rows, k: u32, multiprocessors: u32) -> u64 {
-    if warp_radix_fits(rows.max_len, k) {
+    if warp_radix_fits(rows.max_len, k) || rows.host_offsets.is_some() {
         return 1;
     }
+    let forced = std::env::var("GPU_SELECT_ROWS_RADIX_PARTS").ok().and_then(|n| n.parse::<u64>().ok());
+    if let Some(parts) = forced {
+        return parts.min(rows.cols / k as u64).clamp(1, MAX_BLOCKS_PER_ROW);
+    }
     let target = (multiprocessors * RADIX_TARGET_BLOCKS_PER_SM) as u64;
-    if rows.host_offsets.is_some() || rows.count >= target {
+    if rows.count >= target {
         return 1;
     }
     let min_part = MIN_RADIX_PART_LEN.max(k as u64);
@@ -847,6 +860,9 @@ mod tests {
 
     #[test]
     fn radix_splits_only_few_long_dense_rows() {
+        if std::env::var_os("GPU_SELECT_ROWS_RADIX_PARTS").is_some() {
+            return; // the measurement hook decides
+        }
         assert_eq!(radix_blocks_per_row(rows(10_000, 128_000), 1000, 132), 1);
         assert_eq!(radix_blocks_per_row(rows(64, 131_072), 1024, 132), 4, "one wave of 256 blocks");
         assert_eq!(radix_blocks_per_row(rows(1, 1 << 20), 2048, 132), 128);
