@@ -77,7 +77,7 @@ unsafe fn count_before<B: OrderedBits>(
         return 0;
     }
     let before = |rank: B| rank < x || (ties_first && rank == x);
-    // The count lies in `base ..= base + remaining`.
+    // `start +` the count lies in `base ..= base + remaining`.
     let (mut base, mut remaining) = (start, len);
     while remaining > 1 {
         let half = remaining / 2;
