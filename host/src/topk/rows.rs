@@ -599,16 +599,18 @@ fn resolve(
         return None;
     }
     Some(match algorithm {
-        RowsAlgorithm::Auto => match std::env::var("GPU_SELECT_ROWS_ALGORITHM").as_deref() {
-            Ok("warp-select") => RowsAlgorithm::WarpSelect,
-            Ok("radix-select") => RowsAlgorithm::RadixSelect,
-            _ if k >= RADIX_ROWS_MIN_K => RowsAlgorithm::RadixSelect,
-            _ if key_bytes == 4 && k >= RADIX_LONG_ROWS_MIN_K && rows.mean_len >= RADIX_LONG_ROWS_MIN_LEN => {
+        RowsAlgorithm::Auto => match measurement_hooks().algorithm {
+            Some(forced) => forced,
+            None if k >= RADIX_ROWS_MIN_K => RowsAlgorithm::RadixSelect,
+            None if key_bytes == 4
+                && k >= RADIX_LONG_ROWS_MIN_K
+                && rows.mean_len >= RADIX_LONG_ROWS_MIN_LEN =>
+            {
                 RowsAlgorithm::RadixSelect
             }
-            _ if k > 1 && warp_radix_fits(rows.max_len, k as u32) => RowsAlgorithm::RadixSelect,
-            _ if radix_blocks_per_row(rows, k as u32, multiprocessors) > 1 => RowsAlgorithm::RadixSelect,
-            _ => RowsAlgorithm::WarpSelect,
+            None if k > 1 && warp_radix_fits(rows.max_len, k as u32) => RowsAlgorithm::RadixSelect,
+            None if radix_blocks_per_row(rows, k as u32, multiprocessors) > 1 => RowsAlgorithm::RadixSelect,
+            None => RowsAlgorithm::WarpSelect,
         },
         chosen => chosen,
     })
@@ -622,6 +624,39 @@ struct RowsKernel<K> {
     shared_bytes: usize,
     /// Parts a block takes: 1, or a warp's each.
     rows_per_block: u64,
+}
+
+/// The measurement hooks: environment variables that force a choice `Auto` would make, so
+/// that benchmarks can time the alternatives on one shape. Read once per process, not on
+/// every call.
+#[derive(Clone, Copy, Debug)]
+struct MeasurementHooks {
+    /// `GPU_SELECT_ROWS_ALGORITHM` = `warp-select` or `radix-select` ([`resolve`]).
+    algorithm: Option<RowsAlgorithm>,
+    /// `GPU_SELECT_ROWS_WARPS_PER_ROW` = `1` (true) or `4` ([`warp_per_row`]).
+    warp_per_row: Option<bool>,
+    /// `GPU_SELECT_ROWS_RADIX_PARTS` = `n` ([`radix_blocks_per_row`]).
+    radix_parts: Option<u64>,
+}
+
+fn measurement_hooks() -> MeasurementHooks {
+    static HOOKS: std::sync::OnceLock<MeasurementHooks> = std::sync::OnceLock::new();
+    *HOOKS.get_or_init(|| {
+        let var = |name| std::env::var(name).ok();
+        MeasurementHooks {
+            algorithm: match var("GPU_SELECT_ROWS_ALGORITHM").as_deref() {
+                Some("warp-select") => Some(RowsAlgorithm::WarpSelect),
+                Some("radix-select") => Some(RowsAlgorithm::RadixSelect),
+                _ => None,
+            },
+            warp_per_row: match var("GPU_SELECT_ROWS_WARPS_PER_ROW").as_deref() {
+                Some("1") => Some(true),
+                Some("4") => Some(false),
+                _ => None,
+            },
+            radix_parts: var("GPU_SELECT_ROWS_RADIX_PARTS").and_then(|n| n.parse().ok()),
+        }
+    })
 }
 
 /// The radix kernel for rows of at most `max_len` keys: a warp per row when they fit
@@ -744,11 +779,9 @@ fn check_row_len(len: u64) -> Result<()> {
 /// worth of warps. `GPU_SELECT_ROWS_WARPS_PER_ROW` = `1` or `4` overrides the choice, so
 /// that benchmarks can time both layouts on one shape.
 fn warp_per_row(rows: Rows, multiprocessors: u32) -> bool {
-    match std::env::var("GPU_SELECT_ROWS_WARPS_PER_ROW").as_deref() {
-        Ok("1") => true,
-        Ok("4") => false,
-        _ => rows.count >= (multiprocessors * TARGET_BLOCKS_PER_SM * WARPS_PER_BLOCK) as u64,
-    }
+    measurement_hooks()
+        .warp_per_row
+        .unwrap_or(rows.count >= (multiprocessors * TARGET_BLOCKS_PER_SM * WARPS_PER_BLOCK) as u64)
 }
 
 /// Blocks per row: enough to give every multiprocessor [`TARGET_BLOCKS_PER_SM`] blocks
@@ -775,8 +808,7 @@ fn radix_blocks_per_row(rows: Rows, k: u32, multiprocessors: u32) -> u64 {
     if warp_radix_fits(rows.max_len, k) || rows.host_offsets.is_some() {
         return 1;
     }
-    let forced = std::env::var("GPU_SELECT_ROWS_RADIX_PARTS").ok().and_then(|n| n.parse::<u64>().ok());
-    if let Some(parts) = forced {
+    if let Some(parts) = measurement_hooks().radix_parts {
         return parts.min(rows.cols / k as u64).clamp(1, MAX_BLOCKS_PER_ROW);
     }
     let target = (multiprocessors * RADIX_TARGET_BLOCKS_PER_SM) as u64;
