@@ -378,10 +378,20 @@ unsafe fn collect<B: OrderedBits>(
 /// is rare (about 0.1 %); `None` when even the expected gathering at that bound, plus three of
 /// its standard deviations, would overflow the pool.
 fn sample_rank(wanted: u64, len: u64) -> Option<u64> {
+    sample_bound(wanted, len).map(|(rank, _)| rank)
+}
+
+/// How many of [`SAMPLE`] keys spread over a row of `len` must rank at or below the bound
+/// that gathers its `wanted` best (the sample's expected count, plus three standard
+/// deviations and 4), and the keys of the row that bound gathers (the expected count plus
+/// three standard deviations); `None` when they would overflow the [`POOL`]: a row of `len` keys (32-bit, longer than the pool) is read once when this is
+/// `Some`, with a risk of a second read that grows as the gathering nears the pool (the
+/// host's cost model uses it).
+pub fn sample_bound(wanted: u64, len: u64) -> Option<(u64, u64)> {
     let expected = (wanted * SAMPLE).div_ceil(len);
     let rank = expected + 3 * expected.isqrt() + 4;
     let gathered = (rank + 3 * rank.isqrt()) * len / SAMPLE;
-    (rank < SAMPLE && gathered <= POOL).then_some(rank)
+    (rank < SAMPLE && gathered <= POOL).then_some((rank, gathered))
 }
 
 /// One read of a row longer than the pool that gathers its best keys straight into the pool
@@ -601,16 +611,25 @@ pub unsafe fn select_rows_radix<K: Key>(params: RowsParams<K>) {
         while narrowed.candidates() > narrow_from_row_to && narrowed.shift > 0 {
             narrowed = unsafe { narrow::<K>(&row, &layout, narrowed, wanted) };
         }
-        if narrowed.candidates() <= CAPACITY {
+        // With a pool, candidates that need more of a thread's registers to sort than a
+        // sort of `k` rounded up narrow on in the pool, short rows too: sorting all of a row
+        // of 2048 keys for its best 8 took 3× the time of narrowing first (H100 run 41,
+        // 10 000 × 2048); narrowing 1000 keys to 512, both sorted in 4 registers, took 14 %
+        // more than sorting them all.
+        let narrow_in_pool = pool_len::<K::Bits>() > 0
+            && narrowed.shift > 0
+            && (narrowed.candidates() > CAPACITY
+                || sort_registers(narrowed.candidates(), k) > sort_registers(sort_target, k));
+        if !narrow_in_pool && narrowed.candidates() <= CAPACITY {
             unsafe {
                 collect(&row, &layout.next_slot, 0, (&layout.sort.bits, &layout.sort.positions), narrowed)
             }
-        } else if narrowed.shift == 0 || pool_len::<K::Bits>() == 0 {
-            // (Without a pool the narrowing above ended at shift 0; the test drops the pool's
-            // code from 64-bit kernels.)
+        } else if !narrow_in_pool {
+            // Every bit chosen, or no pool (the narrowing above then ended at shift 0; the
+            // test drops the pool's code from 64-bit kernels), and the ties overflow the sort.
             unsafe { collect_ties_in_order(&row, &layout, narrowed, wanted) }
         } else {
-            // More than the sort takes, no more than the pool: narrow on from the pool.
+            // More than a sort of `k` takes, no more than the pool: narrow on from the pool.
             let pool_len = unsafe {
                 collect(&row, &layout.next_slot, 1, (&layout.pool_bits, &layout.pool_positions), narrowed)
             };
@@ -678,16 +697,26 @@ unsafe fn sort_and_write<K: Key>(
 ) {
     unsafe { device::sync_threads() };
     let capacity = sort_capacity(count as u32) as usize;
-    // The slots also take the padding up to `k`.
-    let k = params.k as usize;
     unsafe {
-        if capacity <= 64 && k <= 2 * 256 {
-            sort_and_write_in::<K, 2>(params, layout, part, (count, capacity), largest)
-        } else if capacity <= 1024 && k <= 4 * 256 {
-            sort_and_write_in::<K, 4>(params, layout, part, (count, capacity), largest)
-        } else {
-            sort_and_write_in::<K, PAIRS_PER_THREAD>(params, layout, part, (count, capacity), largest)
+        match sort_registers(count, params.k as u64) {
+            2 => sort_and_write_in::<K, 2>(params, layout, part, (count, capacity), largest),
+            4 => sort_and_write_in::<K, 4>(params, layout, part, (count, capacity), largest),
+            _ => sort_and_write_in::<K, PAIRS_PER_THREAD>(params, layout, part, (count, capacity), largest),
         }
+    }
+}
+
+/// The registers a thread of [`sort_and_write`] sorts `count` candidates in, whose slots
+/// also take the padding up to `k`: 2, 4 or [`PAIRS_PER_THREAD`].
+#[inline(always)]
+fn sort_registers(count: u64, k: u64) -> usize {
+    let capacity = sort_capacity(count as u32) as u64;
+    if capacity <= 64 && k <= 2 * 256 {
+        2
+    } else if capacity <= 1024 && k <= 4 * 256 {
+        4
+    } else {
+        PAIRS_PER_THREAD
     }
 }
 
