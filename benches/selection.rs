@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 use gpu_select::{
-    Algorithm, BackendKind, DeviceBuffer, Gpu, Order, SampleSelectPolicy, SelectAlgorithm, SelectKey,
-    SelectOptions, TopK, TopKOptions,
+    Algorithm, BackendKind, DeviceBuffer, Gpu, Order, RowsAlgorithm, SampleSelectPolicy, SelectAlgorithm,
+    SelectKey, SelectOptions, TopK, TopKOptions,
 };
 
 /// One measured case of the summary.
@@ -387,7 +387,7 @@ fn bench_rows(
         bytes: matrix.bytes() as u64,
         median_ms: samples.median(),
         floor_ms,
-        predicted_ms: None,
+        predicted_ms: gpu.top_k_rows_predicted_ms::<f32>(rows, cols, k, RowsAlgorithm::Auto),
     });
 }
 
@@ -421,9 +421,121 @@ fn bench_all_rows(criterion: &mut Criterion, gpu: &Gpu, cases: &mut Vec<Case>) {
     }
 }
 
+/// The shapes of the rows sweep: rows × cols, from many short rows to a few very long ones,
+/// so that the rows cost model sees every kernel and split the library chooses.
+const SWEEP_SHAPES: [(usize, usize); 20] = [
+    (100_000, 128),
+    (100_000, 512),
+    (10_000, 256),
+    (10_000, 1000),
+    (10_000, 2048),
+    (10_000, 4096),
+    (10_000, 16_384),
+    (10_000, 32_000),
+    (10_000, 128_000),
+    (2000, 32_768),
+    (2000, 131_072),
+    (500, 8192),
+    (500, 131_072),
+    (64, 4096),
+    (64, 32_768),
+    (64, 131_072),
+    (64, 1 << 20),
+    (8, 131_072),
+    (8, 1 << 20),
+    (1, 1 << 22),
+];
+/// The `k` of the rows sweep (those up to a row's length).
+const SWEEP_KS: [usize; 8] = [1, 8, 32, 100, 256, 512, 1024, 2048];
+/// The 64-bit shapes of the rows sweep (f64): the cost model's key-size terms.
+const SWEEP_SHAPES_64: [(usize, usize); 5] =
+    [(10_000, 1000), (10_000, 4096), (10_000, 32_000), (64, 131_072), (2000, 131_072)];
+
+/// Uniform f64 keys in [0, 1) with 53 random bits each.
+fn uniform_f64(n: usize, seed: u64) -> Vec<f64> {
+    let mut state = seed;
+    (0..n)
+        .map(|_| {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (state >> 11) as f64 / (1u64 << 53) as f64
+        })
+        .collect()
+}
+
+/// One line of the rows sweep: `top_k_rows_into` on `matrix` for every `k` of
+/// [`SWEEP_KS`] that fits, the median of 10 event-timed calls after 2 warm-up calls
+/// (criterion would take minutes over the whole grid).
+fn sweep_rows<K: SelectKey>(
+    gpu: &Gpu,
+    matrix: &DeviceBuffer<K>,
+    (rows, cols): (usize, usize),
+    floor_ms: f64,
+    csv: &mut String,
+) {
+    let algorithm = std::env::var("GPU_SELECT_ROWS_ALGORITHM").unwrap_or_else(|_| "auto".to_string());
+    for k in SWEEP_KS.into_iter().filter(|&k| k <= cols) {
+        let order = Order::Smallest;
+        let bytes = gpu.top_k_rows_workspace_bytes::<K>(rows, cols, k, order).unwrap();
+        let mut workspace = gpu.alloc_zeroed::<u8>(bytes).unwrap();
+        let mut out = TopK {
+            values: gpu.alloc_zeroed::<K>(rows * k).unwrap(),
+            indices: gpu.alloc_zeroed(rows * k).unwrap(),
+        };
+        let mut run = || gpu.top_k_rows_into(matrix, rows, cols, k, order, &mut workspace, &mut out);
+        for _ in 0..2 {
+            run().unwrap();
+        }
+        let mut samples = Samples::default();
+        timed(gpu, &mut samples, 10, &mut run);
+        let median_ms = samples.median();
+        let predicted = gpu.top_k_rows_predicted_ms::<K>(rows, cols, k, RowsAlgorithm::Auto);
+        eprintln!("sweep {} {rows}x{cols} k={k} {algorithm}: {median_ms:.4} ms", K::NAME);
+        let _ = writeln!(
+            csv,
+            "{},{rows},{cols},{k},{algorithm},{median_ms:.5},{floor_ms:.5},{}",
+            K::NAME,
+            predicted.map_or(String::new(), |ms| format!("{ms:.5}"))
+        );
+    }
+}
+
+/// The rows sweep (section `rows-sweep`, never on by default): every shape of
+/// [`SWEEP_SHAPES`] (f32) and [`SWEEP_SHAPES_64`] (f64) at every `k`, with whatever kernel
+/// `GPU_SELECT_ROWS_ALGORITHM` forces, written to `rows-sweep-<algorithm>.csv` in the
+/// results folder. The rows cost model is fitted to it (`host/src/topk/rows_cost.rs`).
+fn rows_sweep(gpu: &Gpu) {
+    let algorithm = std::env::var("GPU_SELECT_ROWS_ALGORITHM").unwrap_or_else(|_| "auto".to_string());
+    let dir = results_dir();
+    std::fs::create_dir_all(&dir).expect("cannot create the results folder");
+    let path = dir.join(format!("rows-sweep-{algorithm}.csv"));
+    let mut csv = String::from("key,rows,cols,k,algorithm,ms,floor_ms,predicted_ms\n");
+    for (rows, cols) in SWEEP_SHAPES {
+        let matrix = gpu.upload(&uniform_f32(rows * cols, cols as u64)).unwrap();
+        let floor_ms = read_floor(gpu, &matrix);
+        sweep_rows(gpu, &matrix, (rows, cols), floor_ms, &mut csv);
+        // Written shape by shape, so that a run cut short keeps what it measured.
+        std::fs::write(&path, &csv).expect("cannot write the sweep");
+    }
+    for (rows, cols) in SWEEP_SHAPES_64 {
+        let matrix = gpu.upload(&uniform_f64(rows * cols, cols as u64)).unwrap();
+        // The floor of the same bytes, read as twice as many f32 words.
+        let words = gpu.upload(&uniform_f32(2 * rows * cols, 1)).unwrap();
+        let floor_ms = read_floor(gpu, &words);
+        drop(words);
+        sweep_rows(gpu, &matrix, (rows, cols), floor_ms, &mut csv);
+        std::fs::write(&path, &csv).expect("cannot write the sweep");
+    }
+    println!("written: {}", path.display());
+}
+
 /// Which parts of the benchmark run: `GPU_SELECT_BENCH_SECTIONS` (a comma-separated list
-/// of `sizes` (sort, top-k, selection at 2^20, 2^24, 2^28) and `rows`), all by default.
+/// of `sizes` (sort, top-k, selection at 2^20, 2^24, 2^28), `rows` and `rows-sweep`), all
+/// but `rows-sweep` by default.
 fn section_enabled(section: &str) -> bool {
+    if section == "rows-sweep" {
+        return std::env::var("GPU_SELECT_BENCH_SECTIONS")
+            .is_ok_and(|list| list.split(',').any(|s| s.trim() == section));
+    }
     std::env::var("GPU_SELECT_BENCH_SECTIONS")
         .map_or(true, |list| list.split(',').any(|s| s.trim() == section))
 }
@@ -619,6 +731,11 @@ fn main() {
     if section_enabled("rows") {
         bench_all_rows(&mut criterion, &gpu, &mut cases);
     }
+    if section_enabled("rows-sweep") {
+        rows_sweep(&gpu);
+    }
     criterion.final_summary();
-    write_results(&gpu, &cases);
+    if !cases.is_empty() {
+        write_results(&gpu, &cases);
+    }
 }

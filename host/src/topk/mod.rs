@@ -4,6 +4,7 @@ mod bitonic;
 mod cost;
 mod radix;
 mod rows;
+mod rows_cost;
 mod sample;
 
 use gpu_select_kernels::params::GlobalPtr;
@@ -11,7 +12,7 @@ use gpu_select_kernels::topk::bitonic::MAX_BITONIC_K;
 
 use self::bitonic::{BitonicPlan, BitonicWorkspace};
 use self::radix::{RadixPlan, RadixWorkspace};
-pub use self::rows::{PADDING_INDEX, RADIX_ROWS_MIN_K, RowsAlgorithm};
+pub use self::rows::{PADDING_INDEX, RowsAlgorithm};
 use self::sample::{SampleTopKPlan, SampleTopKWorkspace};
 
 use crate::buffer::DeviceBuffer;
@@ -356,7 +357,7 @@ impl Gpu {
         }
     }
 
-    fn cost_device(&self) -> cost::Device {
+    pub(crate) fn cost_device(&self) -> cost::Device {
         let limits = self.limits();
         cost::Device {
             multiprocessors: limits.multiprocessors,

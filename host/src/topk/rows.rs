@@ -21,12 +21,16 @@ use gpu_select_kernels::topk::rows::{NO_INDEX, ROWS_THREADS, RowsLayout, RowsPar
 use gpu_select_kernels::topk::rows_merge::{
     MERGE_MAX_CANDIDATES, MERGE_MAX_RUNS, MERGE_ROWS_THREADS, RowsMergeLayout,
 };
-use gpu_select_kernels::topk::rows_radix::{MAX_RADIX_ROWS_K, RADIX_ROWS_THREADS, RadixRowsLayout};
+use gpu_select_kernels::topk::rows_radix::{
+    MAX_RADIX_ROWS_K, POOL, RADIX_ROWS_THREADS, RadixRowsLayout, sample_bound,
+};
 use gpu_select_kernels::topk::rows_warp_radix::{
     WARP_RADIX_MAX_K, WARP_RADIX_MAX_LEN, WARP_RADIX_THREADS, WarpRadixLayout,
 };
 use gpu_select_kernels::warp::select::{MAX_QUEUE_K, queue_registers};
 
+use super::cost::Device;
+use super::rows_cost::{self, RowsPlan, RowsShape};
 use super::{TopK, TopKOptions};
 use crate::buffer::DeviceBuffer;
 use crate::error::{Error, Result};
@@ -43,15 +47,15 @@ pub const PADDING_INDEX: u64 = NO_INDEX;
 /// shapes, and for tests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum RowsAlgorithm {
-    /// [`RowsAlgorithm::RadixSelect`] for `k ≥` [`RADIX_ROWS_MIN_K`]; for `2 ≤ k ≤ 256` on
-    /// rows of at most 1024 keys (a warp per row); for `k ≥ 100` on rows of at least 65 536
-    /// 32-bit keys (read once); and for dense rows too few to fill the GPU (each row split
-    /// over several blocks). [`RowsAlgorithm::WarpSelect`] otherwise. Measured on an H100
-    /// (docs/rows.md, runs 34–38): radix 2.9× faster at `k` = 1000 on 10 000 × 128 000,
-    /// 1.05× at `k` = 100 there, 1.6× at `k` = 100 on rows of 1 000, and 9× at 64 × 131 072,
-    /// `k` = 1024; the queues 1.7× faster at `k` = 1 on rows of 1 000.
+    /// The kernel the cost model predicts faster for the shape, `k` and key size: a fixed
+    /// part and each unit's work (keys read, keys entering a queue, candidates sorted),
+    /// in waves over the multiprocessors, bounded by the reads; fitted to every kernel on
+    /// 187 shapes on an H100 (docs/rows.md). There, its choice costs 3 % on average
+    /// against the faster kernel measured. Radix selection wins for large `k`, long rows
+    /// and few rows; the queues for `k = 1` and for small `k` on many short rows.
     /// `GPU_SELECT_ROWS_ALGORITHM` = `warp-select` or `radix-select` overrides the choice (a
-    /// measurement hook for benchmarks).
+    /// measurement hook for benchmarks); [`Gpu::top_k_rows_predicted_ms`] tells the
+    /// prediction.
     #[default]
     Auto,
     /// WarpSelect queues in registers: one read of each row, but every key that enters a
@@ -65,18 +69,6 @@ pub enum RowsAlgorithm {
     /// histogram passes there, a sort of the few candidates in registers.
     RadixSelect,
 }
-
-/// The smallest `k` [`RowsAlgorithm::Auto`] hands to radix selection.
-pub const RADIX_ROWS_MIN_K: usize = 257;
-
-/// The smallest `k` at which [`RowsAlgorithm::Auto`] hands rows of at least
-/// [`RADIX_LONG_ROWS_MIN_LEN`] 32-bit keys to radix selection: such rows are read once (a
-/// sample bounds the `k`-th best), against the queues' one read plus their merges. H100 run
-/// 38, `k = 100`: radix 1.77× the floor against the queues' 1.87× on rows of 128 000, even
-/// (3.31×) on rows of 32 000; smaller `k` not measured on long rows.
-const RADIX_LONG_ROWS_MIN_K: usize = 100;
-/// See [`RADIX_LONG_ROWS_MIN_K`]: between the even 32 000 and the faster 128 000.
-const RADIX_LONG_ROWS_MIN_LEN: u64 = 65_536;
 
 /// Warps of a BlockSelect block.
 const WARPS_PER_BLOCK: u32 = ROWS_THREADS / 32;
@@ -204,6 +196,34 @@ impl Gpu {
         Ok(out)
     }
 
+    /// The cost model's predicted time, in milliseconds, of [`Gpu::top_k_rows`] on a
+    /// `rows × cols` matrix of `K` with `algorithm` on this device; for
+    /// [`RowsAlgorithm::Auto`], of the kernel it picks. `None` for shapes the call would
+    /// refuse, for `k` beyond 2048 (one top-k per row; not a choice the model makes), and on
+    /// the emulator, whose speed says nothing about a GPU's.
+    ///
+    /// ```
+    /// use gpu_select::{Gpu, RowsAlgorithm};
+    ///
+    /// let gpu = Gpu::emulator();
+    /// assert_eq!(gpu.top_k_rows_predicted_ms::<f32>(64, 131_072, 50, RowsAlgorithm::Auto), None);
+    /// ```
+    pub fn top_k_rows_predicted_ms<K: SelectKey>(
+        &self,
+        rows: usize,
+        cols: usize,
+        k: usize,
+        algorithm: RowsAlgorithm,
+    ) -> Option<f64> {
+        if self.backend() == crate::BackendKind::Emulator {
+            return None;
+        }
+        let shape = dense_shape(rows, cols, k).ok()?;
+        let device = self.cost_device();
+        let algorithm = resolve(algorithm, shape, k, size_of::<K>(), device)?;
+        Some(predicted_ms(algorithm, shape, k, size_of::<K>(), device))
+    }
+
     /// Bytes of workspace [`Gpu::top_k_rows_into`] needs (checks the arguments as the run
     /// does): none when each row is one block's work, the candidates of the first pass when
     /// long rows are split, one top-k's workspace for `k` beyond the queues.
@@ -226,7 +246,7 @@ impl Gpu {
         order: Order,
         algorithm: RowsAlgorithm,
     ) -> Result<usize> {
-        match resolve(algorithm, shape, k, size_of::<K>(), self.limits().multiprocessors) {
+        match resolve(algorithm, shape, k, size_of::<K>(), self.cost_device()) {
             Some(RowsAlgorithm::RadixSelect) => {
                 let parts = radix_blocks_per_row(shape, k as u32, self.limits().multiprocessors);
                 return Ok(if parts == 1 {
@@ -407,7 +427,7 @@ impl Gpu {
         workspace: &mut DeviceBuffer<u8>,
         out: &mut TopK<K>,
     ) -> Result<()> {
-        match resolve(algorithm, rows, k, size_of::<K>(), self.limits().multiprocessors) {
+        match resolve(algorithm, rows, k, size_of::<K>(), self.cost_device()) {
             Some(RowsAlgorithm::RadixSelect) => {
                 self.radix_select_rows(data, rows, k as u32, order, workspace, out)
             }
@@ -586,13 +606,14 @@ impl Gpu {
 }
 
 /// The kernel `algorithm` runs for `k` on `rows`: `None` when `k` is beyond both (one
-/// top-k per row). [`RowsAlgorithm::Auto`] as documented there.
+/// top-k per row). [`RowsAlgorithm::Auto`] takes the kernel the cost model
+/// ([`rows_cost`]) predicts faster.
 fn resolve(
     algorithm: RowsAlgorithm,
     rows: Rows,
     k: usize,
     key_bytes: usize,
-    multiprocessors: u32,
+    device: Device,
 ) -> Option<RowsAlgorithm> {
     const _: () = assert!(MAX_QUEUE_K == MAX_RADIX_ROWS_K, "both kernels take k up to the same bound");
     if k > MAX_QUEUE_K as usize {
@@ -601,19 +622,46 @@ fn resolve(
     Some(match algorithm {
         RowsAlgorithm::Auto => match measurement_hooks().algorithm {
             Some(forced) => forced,
-            None if k >= RADIX_ROWS_MIN_K => RowsAlgorithm::RadixSelect,
-            None if key_bytes == 4
-                && k >= RADIX_LONG_ROWS_MIN_K
-                && rows.mean_len >= RADIX_LONG_ROWS_MIN_LEN =>
-            {
-                RowsAlgorithm::RadixSelect
+            None => {
+                let predict = |algorithm| predicted_ms(algorithm, rows, k, key_bytes, device);
+                if predict(RowsAlgorithm::RadixSelect) < predict(RowsAlgorithm::WarpSelect) {
+                    RowsAlgorithm::RadixSelect
+                } else {
+                    RowsAlgorithm::WarpSelect
+                }
             }
-            None if k > 1 && warp_radix_fits(rows.max_len, k as u32) => RowsAlgorithm::RadixSelect,
-            None if radix_blocks_per_row(rows, k as u32, multiprocessors) > 1 => RowsAlgorithm::RadixSelect,
-            None => RowsAlgorithm::WarpSelect,
         },
         chosen => chosen,
     })
+}
+
+/// The cost model's time for `algorithm` (not `Auto`) on `rows`, `k ≤ 2048`.
+fn predicted_ms(algorithm: RowsAlgorithm, rows: Rows, k: usize, key_bytes: usize, device: Device) -> f64 {
+    let shape = RowsShape { rows: rows.count, len: rows.mean_len, k: k as u64, key_bytes };
+    rows_cost::predict_ms(plan(algorithm, rows, k as u32, key_bytes, device.multiprocessors), shape, device)
+}
+
+/// How `algorithm` (not `Auto`) runs on `rows`: the same choices as the dispatch
+/// ([`warp_per_row`], [`blocks_per_row`], [`radix_blocks_per_row`], [`warp_radix_fits`]).
+fn plan(algorithm: RowsAlgorithm, rows: Rows, k: u32, key_bytes: usize, multiprocessors: u32) -> RowsPlan {
+    if algorithm != RowsAlgorithm::RadixSelect {
+        let parts = blocks_per_row(rows, k, multiprocessors);
+        let warp_per_row = parts == 1 && warp_per_row(rows, multiprocessors);
+        return RowsPlan::Queues { warp_per_row, parts };
+    }
+    if warp_radix_fits(rows.max_len, k) {
+        return RowsPlan::WarpRadix;
+    }
+    let parts = radix_blocks_per_row(rows, k, multiprocessors);
+    let part_len = rows.mean_len / parts;
+    // The sample's bound spares a read of 32-bit rows longer than the pool; when its
+    // expected gathering nears the pool, a shortfall (a second read) is common (H100 run
+    // 41: 500 × 131 072 at k = 2048, 98 % of the pool, took 2.3× the time of k = 1024).
+    let one_read = key_bytes == 4
+        && part_len > POOL
+        && sample_bound((k as u64).min(part_len), part_len)
+            .is_some_and(|(_, gathered)| gathered * 10 <= POOL * 9);
+    RowsPlan::BlockRadix { parts, one_read }
 }
 
 /// A rows kernel (queues or radix) and how it launches.
@@ -866,28 +914,87 @@ mod tests {
         assert!(!warp_per_row(rows(64, 131_072), 132));
     }
 
+    /// The H100 the sweep ran on: 132 multiprocessors, 90 % of 3.35 TB/s.
+    const H100: Device = Device { multiprocessors: 132, read_bytes_per_s: 3.35e12 * 0.9 };
+
     #[test]
-    fn auto_takes_radix_for_large_k_and_few_long_rows() {
+    fn auto_takes_the_kernel_the_measurements_favour() {
         if std::env::var_os("GPU_SELECT_ROWS_ALGORITHM").is_some() {
             return; // the measurement hook decides
         }
-        let auto = |shape, k| resolve(RowsAlgorithm::Auto, shape, k, 4, 132);
-        let auto_64_bit = |shape, k| resolve(RowsAlgorithm::Auto, shape, k, 8, 132);
-        assert_eq!(auto(rows(10_000, 128_000), 99), Some(RowsAlgorithm::WarpSelect));
-        assert_eq!(auto(rows(10_000, 128_000), 100), Some(RowsAlgorithm::RadixSelect), "one read");
-        assert_eq!(auto(rows(10_000, 32_000), 100), Some(RowsAlgorithm::WarpSelect));
-        assert_eq!(auto_64_bit(rows(10_000, 128_000), 100), Some(RowsAlgorithm::WarpSelect), "no pool");
-        assert_eq!(auto_64_bit(rows(10_000, 128_000), 256), Some(RowsAlgorithm::WarpSelect));
-        assert_eq!(auto(rows(10_000, 128_000), 257), Some(RowsAlgorithm::RadixSelect));
-        assert_eq!(auto(rows(64, 131_072), 50), Some(RowsAlgorithm::RadixSelect));
-        assert_eq!(auto(rows(64, 131_072), 2049), None);
+        let auto = |shape, k| resolve(RowsAlgorithm::Auto, shape, k, 4, H100);
+        let auto_64_bit = |shape, k| resolve(RowsAlgorithm::Auto, shape, k, 8, H100);
+        // H100 run 41 (ms, queues against radix), each far from even.
+        assert_eq!(auto(rows(10_000, 128_000), 1), Some(RowsAlgorithm::WarpSelect), "1.89 vs 2.51");
+        assert_eq!(auto(rows(10_000, 128_000), 1000), Some(RowsAlgorithm::RadixSelect), "11.0 vs 3.33");
+        assert_eq!(auto(rows(10_000, 32_000), 256), Some(RowsAlgorithm::RadixSelect), "1.94 vs 1.31");
+        assert_eq!(auto(rows(10_000, 2048), 100), Some(RowsAlgorithm::WarpSelect), "0.23 vs 0.49");
+        assert_eq!(auto(rows(100_000, 512), 512), Some(RowsAlgorithm::WarpSelect), "1.48 vs 3.62");
         assert_eq!(auto(rows(10_000, 1000), 100), Some(RowsAlgorithm::RadixSelect), "a warp's radix");
-        assert_eq!(auto(rows(10_000, 1000), 1), Some(RowsAlgorithm::WarpSelect), "a warp's minimum");
-        assert_eq!(auto(rows(10_000, 1025), 100), Some(RowsAlgorithm::WarpSelect));
+        assert_eq!(auto(rows(64, 131_072), 50), Some(RowsAlgorithm::RadixSelect));
+        assert_eq!(auto(rows(64, 131_072), 1024), Some(RowsAlgorithm::RadixSelect), "0.70 vs 0.054");
+        assert_eq!(auto(rows(2000, 32_768), 32), Some(RowsAlgorithm::RadixSelect), "0.37 vs 0.19");
+        assert_eq!(auto_64_bit(rows(10_000, 32_000), 8), Some(RowsAlgorithm::WarpSelect), "1.14 vs 1.89");
+        assert_eq!(auto_64_bit(rows(10_000, 32_000), 1024), Some(RowsAlgorithm::RadixSelect));
+        assert_eq!(auto(rows(64, 131_072), 2049), None);
         assert_eq!(
-            resolve(RowsAlgorithm::WarpSelect, rows(64, 131_072), 1024, 4, 132),
+            resolve(RowsAlgorithm::WarpSelect, rows(64, 131_072), 1024, 4, H100),
             Some(RowsAlgorithm::WarpSelect)
         );
+    }
+
+    /// One sweep's timings: (key bytes, rows, cols, k) → ms.
+    fn sweep(csv: &str) -> std::collections::BTreeMap<(usize, u64, u64, usize), f64> {
+        csv.lines()
+            .skip(1)
+            .map(|line| {
+                let field: Vec<&str> = line.split(',').collect();
+                let key_bytes = if field[0] == "f64" { 8 } else { 4 };
+                let number = |i: usize| field[i].parse::<u64>().unwrap();
+                ((key_bytes, number(1), number(2), number(3) as usize), field[5].parse::<f64>().unwrap())
+            })
+            .collect()
+    }
+
+    /// The cost model against the sweep it was fitted to (H100 run 41: the queues as run 41a
+    /// timed them, radix selection as run 41b did): its predictions' error, and what its
+    /// choice costs against the faster kernel measured, beside the rules it replaced.
+    #[test]
+    fn the_cost_model_reproduces_the_sweep() {
+        let queues = sweep(include_str!(
+            "../../../docs/results/raw/2026-11-23-h100-run41a-rows-sweep-warp-select.csv"
+        ));
+        let radix = sweep(include_str!(
+            "../../../docs/results/raw/2026-11-23-h100-run41b-rows-sweep-radix-select.csv"
+        ));
+        assert_eq!(queues.len(), 187);
+        let (mut queue_error, mut radix_error, mut choice_cost, mut worst_choice) = (0.0, 0.0, 0.0, 0.0f64);
+        for (&(key_bytes, count, cols, k), &queue_ms) in &queues {
+            let radix_ms = radix[&(key_bytes, count, cols, k)];
+            let shape = rows(count, cols);
+            let predict = |algorithm| predicted_ms(algorithm, shape, k, key_bytes, H100);
+            queue_error += (predict(RowsAlgorithm::WarpSelect) / queue_ms - 1.0).powi(2);
+            radix_error += (predict(RowsAlgorithm::RadixSelect) / radix_ms - 1.0).powi(2);
+            let chosen = if predict(RowsAlgorithm::RadixSelect) < predict(RowsAlgorithm::WarpSelect) {
+                radix_ms
+            } else {
+                queue_ms
+            };
+            let cost = chosen / queue_ms.min(radix_ms) - 1.0;
+            choice_cost += cost;
+            worst_choice = worst_choice.max(cost);
+        }
+        let cases = queues.len() as f64;
+        let (queue_rms, radix_rms) = ((queue_error / cases).sqrt(), (radix_error / cases).sqrt());
+        eprintln!(
+            "rms error: queues {queue_rms:.3}, radix {radix_rms:.3}; Auto's cost: mean {:.3}, worst {worst_choice:.3}",
+            choice_cost / cases
+        );
+        assert!(queue_rms < 0.3, "queues predicted within {queue_rms:.3} (rms)");
+        assert!(radix_rms < 0.17, "radix predicted within {radix_rms:.3} (rms)");
+        // The rules before the model cost 12 % on average and 238 % at worst here.
+        assert!(choice_cost / cases < 0.04, "Auto costs {:.3} on average", choice_cost / cases);
+        assert!(worst_choice < 0.6, "Auto costs {worst_choice:.3} at worst");
     }
 
     #[test]
