@@ -53,14 +53,18 @@ fn timed(
     Duration::from_secs_f64(total / 1e3)
 }
 
-fn uniform_f32(n: usize, seed: u64) -> Vec<f32> {
+/// `n` words of a 64-bit linear congruential generator from `seed` (Knuth's MMIX constants).
+fn random_words(n: usize, seed: u64) -> impl Iterator<Item = u64> {
     let mut state = seed;
-    (0..n)
-        .map(|_| {
-            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            (state >> 40) as f32 / (1u64 << 24) as f32
-        })
-        .collect()
+    (0..n).map(move |_| {
+        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        state
+    })
+}
+
+/// Uniform f32 keys in [0, 1) with 24 random bits each.
+fn uniform_f32(n: usize, seed: u64) -> Vec<f32> {
+    random_words(n, seed).map(|word| (word >> 40) as f32 / (1u64 << 24) as f32).collect()
 }
 
 /// Median read-floor time for `buffer`, timed directly (not through criterion, so that a
@@ -453,13 +457,7 @@ const SWEEP_SHAPES_64: [(usize, usize); 5] =
 
 /// Uniform f64 keys in [0, 1) with 53 random bits each.
 fn uniform_f64(n: usize, seed: u64) -> Vec<f64> {
-    let mut state = seed;
-    (0..n)
-        .map(|_| {
-            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            (state >> 11) as f64 / (1u64 << 53) as f64
-        })
-        .collect()
+    random_words(n, seed).map(|word| (word >> 11) as f64 / (1u64 << 53) as f64).collect()
 }
 
 /// One line of the rows sweep: `top_k_rows_into` on `matrix` for every `k` of

@@ -130,16 +130,16 @@ pub(crate) fn predict_ms(plan: RowsPlan, shape: RowsShape, device: Device) -> f6
     let (compute_ms, reads) = match plan {
         RowsPlan::Queues { warp_per_row, parts } => (queues_ms(warp_per_row, parts, shape, device), 1.0),
         RowsPlan::WarpRadix => {
-            let waves = waves(rows, radix::WARPS_PER_SM, device);
+            let warp_waves = waves(rows, radix::WARPS_PER_SM, device);
             let per_warp = radix::WARP_PER_UNIT
                 + radix::WARP_PER_KILO_KEY * len * width / 1000.0
                 + radix::WARP_PER_KILO_K * kf / 1000.0
                 + radix::WARP_PER_SORT * sort_work(k);
-            (radix::WARP_FIXED_MS + waves * per_warp, 1.0)
+            (radix::WARP_FIXED_MS + warp_waves * per_warp, 1.0)
         }
         RowsPlan::BlockRadix { parts, one_read } => {
             let part_len = len / parts as f64;
-            let waves = waves(rows * parts as f64, radix::BLOCKS_PER_SM, device);
+            let block_waves = waves(rows * parts as f64, radix::BLOCKS_PER_SM, device);
             let per_key = if one_read {
                 radix::BLOCK_PER_KILO_KEY_ONE_READ
             } else {
@@ -148,12 +148,14 @@ pub(crate) fn predict_ms(plan: RowsPlan, shape: RowsShape, device: Device) -> f6
             let per_block = radix::BLOCK_PER_UNIT
                 + per_key * part_len * width / 1000.0
                 + radix::BLOCK_PER_KILO_K * kf / 1000.0;
-            let mut ms = radix::BLOCK_FIXED_MS + waves * per_block;
+            let mut ms = radix::BLOCK_FIXED_MS + block_waves * per_block;
             if parts > 1 {
                 let candidates = parts * k;
                 let blocks = rows * candidates.div_ceil(1024) as f64;
                 ms += radix::MERGE_FIXED_MS
-                    + waves_merge(blocks, device) * radix::MERGE_PER_KILO_CANDIDATE * candidates as f64
+                    + waves(blocks, radix::MERGE_BLOCKS_PER_SM, device)
+                        * radix::MERGE_PER_KILO_CANDIDATE
+                        * candidates as f64
                         / 1000.0;
             }
             (ms, if one_read { 1.0 } else { 2.0 })
@@ -165,10 +167,6 @@ pub(crate) fn predict_ms(plan: RowsPlan, shape: RowsShape, device: Device) -> f6
         0.0
     };
     compute_ms.max(read_ms)
-}
-
-fn waves_merge(blocks: f64, device: Device) -> f64 {
-    waves(blocks, radix::MERGE_BLOCKS_PER_SM, device)
 }
 
 /// The queue kernels' time: each unit's warps read their share of the row and merge what
