@@ -346,6 +346,21 @@ fn bench_selection_duplicates(
     }
 }
 
+/// The workspace and outputs of `top_k_rows_into` for a `rows × cols` matrix of `K`,
+/// allocated once per case (as torch's caching allocator serves `torch.topk`).
+fn rows_buffers<K: SelectKey>(
+    gpu: &Gpu,
+    (rows, cols, k): (usize, usize, usize),
+    order: Order,
+) -> (DeviceBuffer<u8>, TopK<K>) {
+    let bytes = gpu.top_k_rows_workspace_bytes::<K>(rows, cols, k, order).unwrap();
+    let out = TopK {
+        values: gpu.alloc_zeroed::<K>(rows * k).unwrap(),
+        indices: gpu.alloc_zeroed(rows * k).unwrap(),
+    };
+    (gpu.alloc_zeroed::<u8>(bytes).unwrap(), out)
+}
+
 /// Batched top-k of a `rows × cols` matrix (`top_k_rows_into`).
 #[allow(clippy::too_many_arguments)]
 fn bench_rows(
@@ -366,14 +381,8 @@ fn bench_rows(
         std::env::var("GPU_SELECT_ROWS_RADIX_PARTS").map_or(String::new(), |p| format!(" radix-parts={p}"));
     let name = format!("f32 {rows}x{cols} k={k} {order:?}{algorithm}{layout}{parts}");
     let mut samples = Samples::default();
-    // The workspace form, outputs and workspace allocated once (as torch's caching
-    // allocator serves `torch.topk`).
-    let bytes = gpu.top_k_rows_workspace_bytes::<f32>(rows, cols, k, order).unwrap();
-    let mut workspace = gpu.alloc_zeroed::<u8>(bytes).unwrap();
-    let mut out = TopK {
-        values: gpu.alloc_zeroed::<f32>(rows * k).unwrap(),
-        indices: gpu.alloc_zeroed(rows * k).unwrap(),
-    };
+    // The workspace form.
+    let (mut workspace, mut out) = rows_buffers::<f32>(gpu, (rows, cols, k), order);
     let mut group = criterion.benchmark_group("top_k_rows");
     group.throughput(Throughput::Bytes(matrix.bytes() as u64));
     group.bench_function(BenchmarkId::from_parameter(&name), |b| {
@@ -473,12 +482,7 @@ fn sweep_rows<K: SelectKey>(
     let algorithm = std::env::var("GPU_SELECT_ROWS_ALGORITHM").unwrap_or_else(|_| "auto".to_string());
     for k in SWEEP_KS.into_iter().filter(|&k| k <= cols) {
         let order = Order::Smallest;
-        let bytes = gpu.top_k_rows_workspace_bytes::<K>(rows, cols, k, order).unwrap();
-        let mut workspace = gpu.alloc_zeroed::<u8>(bytes).unwrap();
-        let mut out = TopK {
-            values: gpu.alloc_zeroed::<K>(rows * k).unwrap(),
-            indices: gpu.alloc_zeroed(rows * k).unwrap(),
-        };
+        let (mut workspace, mut out) = rows_buffers::<K>(gpu, (rows, cols, k), order);
         let mut run = || gpu.top_k_rows_into(matrix, rows, cols, k, order, &mut workspace, &mut out);
         for _ in 0..2 {
             run().unwrap();

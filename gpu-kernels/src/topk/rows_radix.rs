@@ -371,21 +371,14 @@ unsafe fn collect<B: OrderedBits>(
     narrowed.candidates()
 }
 
-/// How many of [`SAMPLE`] keys spread evenly over a row of `len` must rank at or below a
-/// bound so that, with high probability, at least `wanted` keys of the row do and at most
-/// [`POOL`]: the sample's expected count below the `wanted`-th best, `m = wanted ·
-/// SAMPLE / len`, plus three standard deviations and 4, so that a shortfall (a wasted read)
-/// is rare (about 0.1 %); `None` when even the expected gathering at that bound, plus three of
-/// its standard deviations, would overflow the pool.
-fn sample_rank(wanted: u64, len: u64) -> Option<u64> {
-    sample_bound(wanted, len).map(|(rank, _)| rank)
-}
-
-/// How many of [`SAMPLE`] keys spread over a row of `len` must rank at or below the bound
-/// that gathers its `wanted` best (the sample's expected count, plus three standard
-/// deviations and 4), and the keys of the row that bound gathers (the expected count plus
-/// three standard deviations); `None` when they would overflow the [`POOL`]: a row of `len` keys (32-bit, longer than the pool) is read once when this is
-/// `Some`, with a risk of a second read that grows as the gathering nears the pool (the
+/// The sample's bound for a row of `len` keys: how many of [`SAMPLE`] keys spread evenly
+/// over the row must rank at or below it so that, with high probability, at least `wanted`
+/// keys of the row do and at most [`POOL`] (the sample's expected count below the
+/// `wanted`-th best, `m = wanted · SAMPLE / len`, plus three standard deviations and 4, so
+/// that a shortfall, a wasted read, is rare: about 0.1 %), and the keys of the row that
+/// bound is expected to gather (plus three of their standard deviations). `None` when those
+/// would overflow the pool. A 32-bit row longer than the pool is read once when this is
+/// `Some`; the nearer the gathering comes to the pool, the likelier a second read (the
 /// host's cost model uses it).
 pub fn sample_bound(wanted: u64, len: u64) -> Option<(u64, u64)> {
     let expected = (wanted * SAMPLE).div_ceil(len);
@@ -396,7 +389,7 @@ pub fn sample_bound(wanted: u64, len: u64) -> Option<(u64, u64)> {
 
 /// One read of a row longer than the pool that gathers its best keys straight into the pool
 /// (32-bit keys): a strided sample of [`SAMPLE`] keys (in the pool) is narrowed to a rank
-/// bound at its [`sample_rank`]-th best, then every key of the row at or below the bound is
+/// bound at the best key of [`sample_bound`]'s rank, then every key of the row at or below the bound is
 /// gathered. When at least `wanted` and at most [`POOL`] keys were within the bound, the
 /// pool holds every candidate for the row's `wanted` best, and the usual narrowing from the
 /// row (one read per digit, and one more to gather) is skipped. Otherwise (skewed or
@@ -411,7 +404,7 @@ unsafe fn speculate<K: Key>(
     layout: &RadixRowsLayout<K::Bits>,
     wanted: u64,
 ) -> Option<Pool<K::Bits>> {
-    let sample_wanted = sample_rank(wanted, row.len)?;
+    let (sample_wanted, _) = sample_bound(wanted, row.len)?;
     let (next_slot, bits, positions) =
         unsafe { (layout.next_slot.bind(), layout.pool_bits.bind(), layout.pool_positions.bind()) };
     // Every load is issued before the first store: one memory latency, not one per key

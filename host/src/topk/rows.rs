@@ -237,8 +237,8 @@ impl Gpu {
         self.rows_workspace_bytes::<K>(dense_shape(rows, cols, k)?, k, order, RowsAlgorithm::Auto)
     }
 
-    /// Workspace bytes of `select_rows`: none for radix selection, the split's candidates
-    /// for the queues, else the largest top-k workspace over the non-empty rows.
+    /// Workspace bytes of `select_rows`: the split's candidates when rows are split, none
+    /// for a kernel's pass a row, else the largest top-k workspace over the non-empty rows.
     fn rows_workspace_bytes<K: SelectKey>(
         &self,
         shape: Rows,
@@ -246,24 +246,11 @@ impl Gpu {
         order: Order,
         algorithm: RowsAlgorithm,
     ) -> Result<usize> {
-        match resolve(algorithm, shape, k, size_of::<K>(), self.cost_device()) {
-            Some(RowsAlgorithm::RadixSelect) => {
-                let parts = radix_blocks_per_row(shape, k as u32, self.limits().multiprocessors);
-                return Ok(if parts == 1 {
-                    0
-                } else {
-                    candidates_bytes::<K>(shape.count * parts * k as u64)
-                });
-            }
-            Some(_) => {
-                let parts = blocks_per_row(shape, k as u32, self.limits().multiprocessors);
-                return Ok(if parts == 1 {
-                    0
-                } else {
-                    candidates_bytes::<K>(shape.count * parts * k as u64)
-                });
-            }
-            None => {}
+        if let Some(plan) = self.rows_plan(algorithm, shape, k, size_of::<K>()) {
+            return Ok(match plan.parts() {
+                1 => 0,
+                parts => candidates_bytes::<K>(shape.count * parts * k as u64),
+            });
         }
         let options = TopKOptions::new(order);
         (0..shape.distinct())
@@ -427,13 +414,27 @@ impl Gpu {
         workspace: &mut DeviceBuffer<u8>,
         out: &mut TopK<K>,
     ) -> Result<()> {
-        match resolve(algorithm, rows, k, size_of::<K>(), self.cost_device()) {
-            Some(RowsAlgorithm::RadixSelect) => {
-                self.radix_select_rows(data, rows, k as u32, order, workspace, out)
+        match self.rows_plan(algorithm, rows, k, size_of::<K>()) {
+            Some(RowsPlan::Queues { warp_per_row, parts }) => {
+                self.block_select_rows(data, rows, k as u32, order, (warp_per_row, parts), workspace, out)
             }
-            Some(_) => self.block_select_rows(data, rows, k as u32, order, workspace, out),
+            Some(plan) => self.radix_select_rows(data, rows, k as u32, order, plan.parts(), workspace, out),
             None => self.top_k_each_row(data, rows, k, order, workspace, out),
         }
+    }
+
+    /// How `algorithm` runs `k` on `rows` (the kernel [`resolve`] takes, laid out by
+    /// [`plan`]): `None` for one top-k per row.
+    fn rows_plan(
+        &self,
+        algorithm: RowsAlgorithm,
+        rows: Rows,
+        k: usize,
+        key_bytes: usize,
+    ) -> Option<RowsPlan> {
+        let device = self.cost_device();
+        let algorithm = resolve(algorithm, rows, k, key_bytes, device)?;
+        Some(plan(algorithm, rows, k as u32, key_bytes, device.multiprocessors))
     }
 
     /// Checks a dense matrix argument (as [`Gpu::top_k_rows`] documents) and describes it.
@@ -457,20 +458,21 @@ impl Gpu {
         Ok(shape)
     }
 
-    /// The radix kernels: a warp per short row, a block per row, or (few long dense rows) a
-    /// block per part of a row and a second pass over the parts' sorted candidates in
-    /// `workspace` ([`radix_merge_kernel`]).
+    /// The radix kernels: a warp per short row, a block per row, or (few long dense rows,
+    /// `parts > 1`) a block per part of a row and a second pass over the parts' sorted
+    /// candidates in `workspace` ([`radix_merge_kernel`]).
+    #[allow(clippy::too_many_arguments)]
     fn radix_select_rows<K: SelectKey>(
         &self,
         data: &DeviceBuffer<K>,
         rows: Rows,
         k: u32,
         order: Order,
+        parts: u64,
         workspace: &mut DeviceBuffer<u8>,
         out: &mut TopK<K>,
     ) -> Result<()> {
         let params = rows_params(data, rows, k, order, out, RADIX_ROWS_THREADS / 32);
-        let parts = radix_blocks_per_row(rows, k, self.limits().multiprocessors);
         if parts == 1 {
             return self.launch_rows(radix_kernel(rows.max_len, k), params);
         }
@@ -483,29 +485,30 @@ impl Gpu {
         )
     }
 
-    /// The queue kernel over every row: a warp per row when rows are many, a block per row
-    /// (BlockSelect) otherwise, split over several blocks (and merged) when the rows are too
-    /// few to fill the GPU; the split's candidates go to `workspace`.
+    /// The queue kernel over every row: a warp per row (`warp_per_row`, when rows are
+    /// many), a block per row (BlockSelect) otherwise, split over `parts` blocks (and
+    /// merged) when the rows are too few to fill the GPU; the split's candidates go to
+    /// `workspace`.
+    #[allow(clippy::too_many_arguments)]
     fn block_select_rows<K: SelectKey>(
         &self,
         data: &DeviceBuffer<K>,
         rows: Rows,
         k: u32,
         order: Order,
+        (warp_per_row, parts): (bool, u64),
         workspace: &mut DeviceBuffer<u8>,
         out: &mut TopK<K>,
     ) -> Result<()> {
-        let multiprocessors = self.limits().multiprocessors;
         let (id, shared_bytes) = rows_kernel::<K>(k);
         let kernel = RowsKernel { id, block_threads: ROWS_THREADS, shared_bytes, rows_per_block: 1 };
         let params = rows_params(data, rows, k, order, out, WARPS_PER_BLOCK);
-        let parts = blocks_per_row(rows, k, multiprocessors);
+        if warp_per_row {
+            let params = RowsParams { warps_per_part: 1, ..params };
+            let kernel = RowsKernel { rows_per_block: WARPS_PER_BLOCK as u64, ..kernel };
+            return self.launch_rows(kernel, params);
+        }
         if parts == 1 {
-            if warp_per_row(rows, multiprocessors) {
-                let params = RowsParams { warps_per_part: 1, ..params };
-                let kernel = RowsKernel { rows_per_block: WARPS_PER_BLOCK as u64, ..kernel };
-                return self.launch_rows(kernel, params);
-            }
             return self.launch_rows(kernel, params);
         }
         self.split_and_merge_rows(kernel, (kernel, 1), params, parts, workspace)
@@ -641,8 +644,9 @@ fn predicted_ms(algorithm: RowsAlgorithm, rows: Rows, k: usize, key_bytes: usize
     rows_cost::predict_ms(plan(algorithm, rows, k as u32, key_bytes, device.multiprocessors), shape, device)
 }
 
-/// How `algorithm` (not `Auto`) runs on `rows`: the same choices as the dispatch
-/// ([`warp_per_row`], [`blocks_per_row`], [`radix_blocks_per_row`], [`warp_radix_fits`]).
+/// How `algorithm` (not `Auto`) runs on `rows`, for the dispatch, its workspace and the
+/// cost model alike: [`warp_per_row`], [`blocks_per_row`], [`radix_blocks_per_row`],
+/// [`warp_radix_fits`].
 fn plan(algorithm: RowsAlgorithm, rows: Rows, k: u32, key_bytes: usize, multiprocessors: u32) -> RowsPlan {
     if algorithm != RowsAlgorithm::RadixSelect {
         let parts = blocks_per_row(rows, k, multiprocessors);

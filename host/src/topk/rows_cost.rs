@@ -22,7 +22,8 @@
 
 use super::cost::Device;
 
-/// How a batched top-k runs, as the host dispatches it (`rows.rs` decides).
+/// How a batched top-k runs: the host dispatches it, sizes its workspace and prices it
+/// (`rows.rs::plan` decides).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum RowsPlan {
     /// WarpSelect queues: a warp per row (four rows a block), or a block of four warps per
@@ -33,6 +34,16 @@ pub(crate) enum RowsPlan {
     /// Radix selection, a block per row or per part of one (`parts`), then the parts'
     /// merge; `one_read` when the sample bounds the `k`-th best before the read.
     BlockRadix { parts: u64, one_read: bool },
+}
+
+impl RowsPlan {
+    /// Blocks per row of the first pass: more than 1 when rows are split (and merged).
+    pub(crate) fn parts(self) -> u64 {
+        match self {
+            RowsPlan::Queues { parts, .. } | RowsPlan::BlockRadix { parts, .. } => parts,
+            RowsPlan::WarpRadix => 1,
+        }
+    }
 }
 
 /// The shape of a batched top-k, as the model sees it.
