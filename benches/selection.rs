@@ -530,11 +530,66 @@ fn rows_sweep(gpu: &Gpu) {
     println!("written: {}", path.display());
 }
 
+/// The sizes (log2 n) of the top-k sweep: the range over which `Auto` must stay within
+/// 10 % of the best algorithm.
+const TOP_K_SWEEP_LOG_N: [u32; 6] = [20, 22, 24, 26, 28, 30];
+/// The `k` of the top-k sweep.
+const TOP_K_SWEEP_KS: [usize; 8] = [1, 8, 32, 100, 256, 512, 1000, 1024];
+
+/// The top-k sweep (section `topk-sweep`, never on by default): uniform f32 keys at every
+/// size of [`TOP_K_SWEEP_LOG_N`] and `k` of [`TOP_K_SWEEP_KS`], largest first, with each
+/// algorithm and with `Auto` (the median of 10 event-timed calls after 2 warm-up calls),
+/// written to `topk-sweep.csv` in the results folder with the model's prediction.
+fn top_k_sweep(gpu: &Gpu) {
+    let dir = results_dir();
+    std::fs::create_dir_all(&dir).expect("cannot create the results folder");
+    let path = dir.join("topk-sweep.csv");
+    let mut csv = String::from("key,n,k,algorithm,ms,floor_ms,predicted_ms\n");
+    let algorithms = [
+        ("auto", Algorithm::Auto),
+        ("bitonic", Algorithm::Bitonic),
+        ("radix", Algorithm::RadixSelect),
+        ("sample", Algorithm::SampleSelect),
+    ];
+    for log_n in TOP_K_SWEEP_LOG_N {
+        let n = 1usize << log_n;
+        let keys = gpu.upload(&uniform_f32(n, log_n as u64 + 100)).unwrap();
+        let floor_ms = read_floor(gpu, &keys);
+        for k in TOP_K_SWEEP_KS {
+            for (name, algorithm) in algorithms {
+                let options = TopKOptions::new(Order::Largest).with_algorithm(algorithm);
+                let Ok(bytes) = gpu.top_k_workspace_bytes::<f32>(n, k, &options) else { continue };
+                let mut workspace = gpu.alloc_zeroed::<u8>(bytes).unwrap();
+                let mut out = TopK {
+                    values: gpu.alloc_zeroed::<f32>(k).unwrap(),
+                    indices: gpu.alloc_zeroed::<u64>(k).unwrap(),
+                };
+                let mut run = || gpu.top_k_into(&keys, k, &options, &mut workspace, &mut out);
+                for _ in 0..2 {
+                    run().unwrap();
+                }
+                let mut samples = Samples::default();
+                timed(gpu, &mut samples, 10, &mut run);
+                let median_ms = samples.median();
+                let predicted = gpu.top_k_predicted_ms::<f32>(n, k, algorithm);
+                eprintln!("topk-sweep f32 n=2^{log_n} k={k} {name}: {median_ms:.4} ms");
+                let _ = writeln!(
+                    csv,
+                    "f32,{n},{k},{name},{median_ms:.5},{floor_ms:.5},{}",
+                    predicted.map_or(String::new(), |ms| format!("{ms:.5}"))
+                );
+            }
+        }
+        std::fs::write(&path, &csv).expect("cannot write the sweep");
+    }
+    println!("written: {}", path.display());
+}
+
 /// Which parts of the benchmark run: `GPU_SELECT_BENCH_SECTIONS` (a comma-separated list
-/// of `sizes` (sort, top-k, selection at 2^20, 2^24, 2^28), `rows` and `rows-sweep`), all
-/// but `rows-sweep` by default.
+/// of `sizes` (sort, top-k, selection at 2^20, 2^24, 2^28), `rows`, `rows-sweep` and
+/// `topk-sweep`), all but the sweeps by default.
 fn section_enabled(section: &str) -> bool {
-    if section == "rows-sweep" {
+    if section.ends_with("-sweep") {
         return std::env::var("GPU_SELECT_BENCH_SECTIONS")
             .is_ok_and(|list| list.split(',').any(|s| s.trim() == section));
     }
@@ -673,7 +728,7 @@ fn main() {
     let bitonic = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::Bitonic);
     let radix = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::RadixSelect);
     let auto = TopKOptions::new(Order::Largest);
-    let total = sizes.len() * 13 + 3 + 6;
+    let total = sizes.len() * 16 + 3 + 9;
     let mut step = 0;
     for &log_n in sizes {
         let n = 1usize << log_n;
@@ -695,10 +750,18 @@ fn main() {
             eprintln!("[{step}/{total}] sort_segments f32 n=2^{log_n} segments of {segment_len}");
             bench_sort(&mut criterion, &gpu, &keys, segment_len, floor_ms, &mut cases);
         }
-        let mut top_k_cases =
-            vec![(1, bitonic), (32, bitonic), (256, bitonic), (32, radix), (256, radix), (1024, radix)];
+        let mut top_k_cases = vec![
+            (1, bitonic),
+            (32, bitonic),
+            (256, bitonic),
+            (512, bitonic),
+            (1024, bitonic),
+            (32, radix),
+            (256, radix),
+            (1024, radix),
+        ];
         // Auto, against the best of the above: the cost model's choice.
-        top_k_cases.extend([(1, auto), (256, auto), (1024, auto)]);
+        top_k_cases.extend([(1, auto), (32, auto), (256, auto), (1024, auto)]);
         if log_n == 28 {
             top_k_cases.extend([(262_144, radix), (262_144, radix.with_sorted(false))]);
         }
@@ -722,7 +785,7 @@ fn main() {
                 [("ascending", ascending), ("all-equal", all_equal), ("bucket-killer", killer)]
             {
                 let data = gpu.upload(&values).unwrap();
-                for (k, options) in [(32, bitonic), (1024, radix)] {
+                for (k, options) in [(32, bitonic), (256, bitonic), (1024, bitonic), (1024, radix)] {
                     step += 1;
                     eprintln!("[{step}/{total}] top_k f32 n=2^{log_n} k={k} {:?} {label}", options.algorithm);
                     bench_top_k(&mut criterion, &gpu, &data, (k, options), label, floor_ms, &mut cases);
@@ -735,6 +798,9 @@ fn main() {
     }
     if section_enabled("rows-sweep") {
         rows_sweep(&gpu);
+    }
+    if section_enabled("topk-sweep") {
+        top_k_sweep(&gpu);
     }
     criterion.final_summary();
     if !cases.is_empty() {

@@ -106,10 +106,21 @@ fn top_k_u64() {
 
 #[test]
 fn bitonic_for_every_queue_size_and_small_inputs() {
-    // Each kernel instantiation (k ≤ 32, 64, 128, 256) on inputs the block sort would
-    // otherwise take, and across a tile boundary.
+    // Each kernel instantiation (k ≤ 32, 64, 128, 256 in registers; 512, 1024 in shared
+    // memory) on inputs the block sort would otherwise take, and across tile boundaries.
     let gpu = common::gpu();
-    for (n, k) in [(1, 1), (40, 33), (300, 64), (300, 65), (2049, 129), (3000, 256)] {
+    for (n, k) in [
+        (1, 1),
+        (40, 33),
+        (300, 64),
+        (300, 65),
+        (2049, 129),
+        (3000, 256),
+        (3000, 257),
+        (5000, 512),
+        (9000, 1000),
+        (1024, 1024),
+    ] {
         for &distribution in &[Distribution::Uniform, Distribution::Specials] {
             let data = generate::<f32>(n, distribution, n as u64);
             for order in [Order::Smallest, Order::Largest] {
@@ -164,10 +175,37 @@ fn pruned_passes_agree_with_the_oracle() {
         [Distribution::Uniform, Distribution::Ascending, Distribution::AllEqual].iter().enumerate()
     {
         let data = generate::<f32>(n, distribution, 77 + d as u64);
-        for (k, order) in [(32, Order::Largest), (100, Order::Smallest)] {
+        for (k, order) in
+            [(32, Order::Largest), (100, Order::Smallest), (256, Order::Largest), (1000, Order::Smallest)]
+        {
             let options = TopKOptions::new(order).with_algorithm(Algorithm::Bitonic);
             check(&gpu, &data, k, options, &format!("pruned n={n} k={k} {distribution:?} {order:?}"));
         }
+    }
+}
+
+#[test]
+fn a_sample_unlike_the_data_falls_back_to_the_safe_bound() {
+    // The bitonic top-k first prunes with a bound tighter than the sample's k-th best; when
+    // fewer than k inputs lie inside it, the safe chain must run. Here the sampled tiles
+    // (one per stride of full_tiles / (full_tiles / 128) tiles, in the middle of each: the
+    // plan of host/src/topk/bitonic.rs) hold the largest keys, so the tight bound (the
+    // sample's 9th best at this size) lets only 9 inputs through: a result without the
+    // safe chain would end in padding.
+    let gpu = common::gpu();
+    let n = (1usize << 20) + 12_345;
+    let full_tiles = n / 2048;
+    let stride = full_tiles / (full_tiles / 128);
+    let mut data = generate::<f32>(n, Distribution::Uniform, 5);
+    for (i, key) in data.iter_mut().enumerate() {
+        if (i / 2048) % stride == stride / 2 {
+            *key += 10.0;
+        }
+    }
+    for k in [100, 1000] {
+        let options = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::Bitonic);
+        check(&gpu, &data, k, options, &format!("sample unlike the data, k={k}"));
+        check(&gpu, &data, k, options.with_sorted(false), &format!("sample unlike the data, k={k} unsorted"));
     }
 }
 
@@ -272,8 +310,8 @@ fn bad_input_gives_clear_errors() {
     );
     let big = gpu.alloc_zeroed::<u32>(5000).unwrap();
     let bitonic = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::Bitonic);
-    let error = message(gpu.top_k_with(&big, 300, &bitonic));
-    assert!(error.contains("k ≤ 256"), "{error}");
+    let error = message(gpu.top_k_with(&big, 1025, &bitonic));
+    assert!(error.contains("k ≤ 1024"), "{error}");
     let options = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::BlockSort);
     assert!(message(gpu.top_k_with(&big, 3, &options)).contains("at most 2048"));
 }
@@ -307,8 +345,9 @@ fn inputs_of_2_pow_32_and_more_on_a_gpu() {
         eprintln!("inputs_of_2_pow_32_and_more_on_a_gpu: not run on the emulator (16 GiB)");
         return;
     }
-    // Past the bitonic top-k's 32-bit positions: Auto takes radix select, whose indices and
-    // counts are 64-bit. The ties (0.5) past 2^32 must lose to the ones before it.
+    // Past the bitonic top-k's 32-bit positions: Auto takes SampleSelect, and radix select
+    // is run too; both count and index in 64 bits. The ties (0.5) past 2^32 must lose to
+    // the ones before it.
     let n = (1usize << 32) + 5;
     let mut data = vec![0.5f32; n];
     data[n - 2] = 7.0;
@@ -316,12 +355,15 @@ fn inputs_of_2_pow_32_and_more_on_a_gpu() {
     data[5] = -1.0;
     let device_data = gpu.upload(&data).unwrap();
     drop(data);
-    let top = gpu.top_k(&device_data, 4, Order::Largest).unwrap();
-    assert_eq!(gpu.download(&top.values).unwrap(), [7.0, 6.0, 0.5, 0.5]);
-    assert_eq!(gpu.download(&top.indices).unwrap(), [n as u64 - 2, (1 << 32) + 1, 0, 1]);
-    let options = TopKOptions::new(Order::Smallest).with_sorted(false);
-    let top = gpu.top_k_with(&device_data, 2, &options).unwrap();
-    assert_eq!(gpu.download(&top.indices).unwrap(), [5, 0]);
+    for algorithm in [Algorithm::Auto, Algorithm::RadixSelect, Algorithm::SampleSelect] {
+        let options = TopKOptions::new(Order::Largest).with_algorithm(algorithm);
+        let top = gpu.top_k_with(&device_data, 4, &options).unwrap();
+        assert_eq!(gpu.download(&top.values).unwrap(), [7.0, 6.0, 0.5, 0.5], "{algorithm:?}");
+        assert_eq!(gpu.download(&top.indices).unwrap(), [n as u64 - 2, (1 << 32) + 1, 0, 1], "{algorithm:?}");
+        let options = TopKOptions::new(Order::Smallest).with_algorithm(algorithm).with_sorted(false);
+        let top = gpu.top_k_with(&device_data, 2, &options).unwrap();
+        assert_eq!(gpu.download(&top.indices).unwrap(), [5, 0], "{algorithm:?}");
+    }
     let bitonic = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::Bitonic);
     assert!(matches!(gpu.top_k_with(&device_data, 4, &bitonic), Err(Error::InvalidArgument { .. })));
 }

@@ -31,9 +31,30 @@
 //! A block that saw fewer than `k` inputs inside the bound writes padding: index
 //! [`NO_INDEX`], which the next pass skips.
 //!
+//! The bound need not be the sample's `k`-th best: a better one (the host takes a rank of
+//! the sample near where the data's `k`-th best should fall, with a margin) prunes more, and
+//! whether at least `k` inputs lay inside it shows in the chain's result: its `k`-th index is
+//! padding exactly when fewer did. The host then runs the chain again with the sample's
+//! `k`-th best, which is always safe; every block of that second chain first reads the first
+//! chain's `k`-th index (`skip_unless_padding`) and leaves at once when it is real, so the
+//! second chain costs a few empty launches and no round trip to the host.
+//!
+//! **k from 257 to 1024** (`k' = 512, 1024`): runs that long do not fit a warp's registers,
+//! so the block keeps its best `k'` in shared memory. A tile with an input inside the bound
+//! is sorted whole (the block sort's network, [`sort_slots`]); its first `k'` fold into the
+//! block's best (`best[i] ← min(best[i], tile[k'−1−i])`, which is bitonic) and a bitonic
+//! merge in shared memory rebuilds them ([`reduce_in_shared`]).
+//!
+//! **Compaction.** A pruned pass leaves most blocks with fewer than `k` results, so the
+//! `b·k` slots of its output would be mostly padding, which the next pass would read and
+//! sort. Instead each block appends only its real results (`out_count`) and the next pass
+//! reads only as many inputs as were appended (`in_count`): at 2^28 keys and k = 1024 the
+//! second pass reads a few thousand candidates instead of 540 672.
+//!
 //! Positions are 32-bit: the kernel takes inputs of fewer than 2^32 elements.
 
-use crate::device::{self, SharedLayout, SharedRegion};
+use crate::block::bitonic_sort::{BlockSortLayout, shared_stage, sort_slots};
+use crate::device::{self, SharedLayout, SharedRegion, SharedSlice};
 use crate::key::{Key, OrderedBits};
 use crate::params::{GlobalPtr, Order};
 use crate::thread::pair_after;
@@ -47,8 +68,11 @@ pub const TOPK_TILE: u64 = 2048;
 const PAIRS_PER_THREAD: usize = 8;
 /// Warps per block.
 const WARPS: usize = (TOPK_THREADS / 32) as usize;
-/// The largest `k` of the register path (`32·Q` with `Q = 8`).
-pub const MAX_BITONIC_K: u32 = 256;
+/// The largest `k` of the register path (`32·Q` with `Q = 8`); larger `k` keep the block's
+/// best in shared memory ([`reduce_in_shared`]).
+pub const MAX_REGISTER_K: u32 = 256;
+/// The largest `k` the kernel takes (`32·Q` with `Q = 32`).
+pub const MAX_BITONIC_K: u32 = 1024;
 /// The index a block writes for a padding result (it saw fewer than `k` candidates).
 pub const NO_INDEX: u64 = u64::MAX;
 
@@ -70,24 +94,39 @@ pub struct TopKParams<K> {
     pub len: u64,
     /// Tiles the grid reduces (grid-stride over them).
     pub tiles: u64,
-    /// Tile `t` covers inputs `t·tile_stride·2048 ..+2048`: 1 for all the data, more to
-    /// read evenly spaced sample tiles.
+    /// Tile `t` covers inputs `(first_tile + t·tile_stride)·2048 ..+2048`: stride 1 for all
+    /// the data, more to read evenly spaced sample tiles.
     pub tile_stride: u64,
+    /// See `tile_stride`: 0 for all the data; a sample starts inside the first stride so
+    /// that the first tile (where sorted inputs keep their extremes) is not always in it.
+    pub first_tile: u64,
     /// The key of the pruning bound (the `k`-th best of a sample), or null for none.
     pub prune_key: GlobalPtr<K>,
     /// The index of the pruning bound (read when `prune_key` is not null).
     pub prune_index: GlobalPtr<u64>,
+    /// When not null: the `k`-th index of an earlier chain's result; the block leaves at
+    /// once unless it is [`NO_INDEX`] (that chain's bound let fewer than `k` through).
+    pub skip_unless_padding: GlobalPtr<u64>,
+    /// When not null: how many of the `len` inputs are real (the previous pass's
+    /// `out_count`); the pass reads only those.
+    pub in_count: GlobalPtr<u64>,
+    /// When not null: blocks append their real results (not padding) one after another
+    /// from element 0 on, in no particular order, and add their number here (zero before
+    /// the pass); when null, block `b` writes its `k` results, padding included, at `b·k`.
+    pub out_count: GlobalPtr<u64>,
     /// How many to keep, 1 to `32·Q`.
     pub k: u32,
     /// [`Order::to_raw`].
     pub order: u32,
 }
 
-/// The shared memory of the kernel: one run of `k' = 32·Q` pairs per warp, the warps'
-/// votes (two sets, alternating by tile) and the block's pruning bound.
+/// The shared memory of the kernel: the runs (one of `k' = 32·Q` pairs per warp in the
+/// register path, the block's best `k'` in the shared path), the warps' votes (two sets,
+/// alternating by tile), the block's pruning bound, and the tile sort's slots (shared path
+/// only).
 #[derive(Clone, Copy, Debug)]
 pub struct TopKLayout<B> {
-    /// Encoded keys of each warp's run.
+    /// Encoded keys of the runs.
     pub bits: SharedRegion<B>,
     /// Their positions.
     pub positions: SharedRegion<u32>,
@@ -97,6 +136,8 @@ pub struct TopKLayout<B> {
     pub bound_bits: SharedRegion<B>,
     /// The bound's position.
     pub bound_position: SharedRegion<u32>,
+    /// The slots of the tile sort (empty in the register path).
+    pub sort: BlockSortLayout<B>,
     /// Bytes to ask for at launch.
     pub bytes: usize,
 }
@@ -104,12 +145,17 @@ pub struct TopKLayout<B> {
 impl<B> TopKLayout<B> {
     /// The layout for runs of `32·q` pairs.
     pub const fn new(q: usize) -> Self {
-        let (layout, bits) = SharedLayout::new().push::<B>(WARPS * 32 * q);
-        let (layout, positions) = layout.push::<u32>(WARPS * 32 * q);
+        let in_shared = 32 * q > MAX_REGISTER_K as usize;
+        let run_slots = if in_shared { 32 * q } else { WARPS * 32 * q };
+        let (layout, bits) = SharedLayout::new().push::<B>(run_slots);
+        let (layout, positions) = layout.push::<u32>(run_slots);
         let (layout, votes) = layout.push::<u32>(2 * WARPS);
         let (layout, bound_bits) = layout.push::<B>(1);
         let (layout, bound_position) = layout.push::<u32>(1);
-        Self { bits, positions, votes, bound_bits, bound_position, bytes: layout.bytes() }
+        // Segments of one key need no shared slots: the register path gets an empty region.
+        let sorted_len = if in_shared { TOPK_TILE as u32 } else { 1 };
+        let (layout, sort) = BlockSortLayout::after(layout, sorted_len);
+        Self { bits, positions, votes, bound_bits, bound_position, sort, bytes: layout.bytes() }
     }
 }
 
@@ -126,6 +172,26 @@ struct RawTile<K> {
     indices: [u64; PAIRS_PER_THREAD],
 }
 
+impl<K: Key> RawTile<K> {
+    fn empty() -> Self {
+        Self { keys: [K::default(); PAIRS_PER_THREAD], indices: [NO_INDEX; PAIRS_PER_THREAD] }
+    }
+}
+
+/// The pass's parameters with `len` and `tiles` cut to the inputs the previous pass
+/// appended, when it counted them.
+///
+/// # Safety
+/// `in_count`, when not null, is a live counter.
+#[inline(always)]
+unsafe fn counted_inputs<K>(mut params: TopKParams<K>) -> TopKParams<K> {
+    if !params.in_count.is_null() {
+        params.len = unsafe { params.in_count.read(0) }.min(params.len);
+        params.tiles = params.len.div_ceil(TOPK_TILE);
+    }
+    params
+}
+
 /// Issues the loads of one tile: input `tile_start + 256·warp + 32·r + lane` for register
 /// `r` (each register load is 32 consecutive keys per warp). Addresses are clamped into
 /// the input instead of branched around, so all loads issue back to back and nothing
@@ -134,7 +200,7 @@ struct RawTile<K> {
 unsafe fn fetch_tile<K: Key>(params: &TopKParams<K>, tile_start: u64) -> RawTile<K> {
     let first = tile_start + device::warp_id() as u64 * 256 + device::lane_id() as u64;
     let last = params.len - 1;
-    let mut raw = RawTile { keys: [K::default(); PAIRS_PER_THREAD], indices: [0; PAIRS_PER_THREAD] };
+    let mut raw = RawTile::empty();
     for r in 0..PAIRS_PER_THREAD {
         raw.keys[r] = unsafe { params.keys_in.read((first + r as u64 * 32).min(last)) };
     }
@@ -171,28 +237,34 @@ fn encode_tile<K: Key>(
     pairs
 }
 
-/// The `topk_bitonic_q<Q>_<key>` kernel body (module docs). `Q` = [`registers_for_k`].
+/// The tile loop both paths share: sets the block's bound, then for each of the block's
+/// tiles (grid-stride) loads it, turns the inputs beyond the bound into padding and, when
+/// any input of the tile is left, hands the tile to `reduce_tile` together with the bound
+/// it was pruned by. `reduce_tile` may tighten the bound (in shared memory); a barrier
+/// follows it. Returns `false`, having done nothing, when `skip_unless_padding` says that
+/// the block has nothing to do.
 ///
 /// # Safety
-/// [`TOPK_THREADS`] threads, [`TopKLayout::bytes`] of shared memory, `len < 2^32`,
-/// `1 ≤ k ≤ 32·Q`, outputs of `grid.x · k`.
-// Always inlined into its entry point: left to the inliner (with the unroll threshold of
-// host/build_ptx.rs) the 64-bit Q8 body became a call taking its parameters through local memory.
+/// *Block-wide*, as [`reduce`].
 #[inline(always)]
-pub unsafe fn reduce<K: Key, const Q: usize>(params: TopKParams<K>) {
-    let largest = Order::from_raw(params.order) == Order::Largest;
+unsafe fn scan_tiles<K: Key>(
+    params: &TopKParams<K>,
+    largest: bool,
+    layout: &TopKLayout<K::Bits>,
+    mut reduce_tile: impl FnMut(&mut WarpPairs<K::Bits, PAIRS_PER_THREAD>, K::Bits, u32),
+) -> bool {
+    // Every thread reads the flag itself, so all leave together without a barrier.
+    if !params.skip_unless_padding.is_null() && unsafe { params.skip_unless_padding.read(0) } != NO_INDEX {
+        return false;
+    }
     let warp = device::warp_id() as usize;
     let lane = device::lane_id() as usize;
-    let thread = device::thread_idx_x() as usize;
-    let layout = TopKLayout::<K::Bits>::new(Q);
-    let (shared_bits, shared_positions) = unsafe { (layout.bits.bind(), layout.positions.bind()) };
     let (votes, bound_bits, bound_position) =
         unsafe { (layout.votes.bind(), layout.bound_bits.bind(), layout.bound_position.bind()) };
-    let run = 32 * Q;
-    let mut best = WarpPairs::<K::Bits, Q>::padding();
 
-    // The bound starts at the sample's k-th best, or at "everything passes".
-    if thread == 0 {
+    // The bound starts at the one the host passed (from the sample), or at "everything
+    // passes".
+    if device::thread_idx_x() == 0 {
         let (bits, position) = if params.prune_key.is_null() {
             (K::Bits::MAX, u32::MAX)
         } else {
@@ -207,26 +279,31 @@ pub unsafe fn reduce<K: Key, const Q: usize>(params: TopKParams<K>) {
     }
     unsafe { device::sync_threads() };
 
-    let tile_start = |tile: u64| tile * params.tile_stride * TOPK_TILE;
+    let tile_start = |tile: u64| (params.first_tile + tile * params.tile_stride) * TOPK_TILE;
     let mut tile = device::block_idx_x() as u64;
     let mut parity = 0;
     // Tile t + 1 is fetched before tile t is encoded and voted on, so its loads are in
     // flight while this tile is processed (most tiles need nothing but the vote).
-    let mut next = unsafe { fetch_tile(&params, tile_start(tile)) };
+    let mut next =
+        if tile < params.tiles { unsafe { fetch_tile(params, tile_start(tile)) } } else { RawTile::empty() };
     while tile < params.tiles {
         let current = next;
         let current_start = tile_start(tile);
         tile += device::grid_dim_x() as u64;
         if tile < params.tiles {
-            next = unsafe { fetch_tile(&params, tile_start(tile)) };
+            next = unsafe { fetch_tile(params, tile_start(tile)) };
         }
-        let mut sorted = encode_tile(&params, &current, current_start, largest);
+        let mut sorted = encode_tile(params, &current, current_start, largest);
 
-        // Prune: inputs beyond the bound become padding; vote on whether any is left.
+        // Prune: inputs beyond the bound become padding; vote on whether any real input is
+        // left (padding, position u32::MAX, is never inside: tiles of an earlier pass's
+        // padding cost nothing).
         let (limit_bits, limit_position) = unsafe { (bound_bits.load(0), bound_position.load(0)) };
         let mut inside = false;
         for r in 0..PAIRS_PER_THREAD {
-            if pair_after(sorted.bits[r], sorted.positions[r], limit_bits, limit_position) {
+            if sorted.positions[r] == u32::MAX
+                || pair_after(sorted.bits[r], sorted.positions[r], limit_bits, limit_position)
+            {
                 sorted.bits[r] = K::Bits::MAX;
                 sorted.positions[r] = u32::MAX;
             } else {
@@ -246,76 +323,229 @@ pub unsafe fn reduce<K: Key, const Q: usize>(params: TopKParams<K>) {
         if !any_inside {
             continue;
         }
+        reduce_tile(&mut sorted, limit_bits, limit_position);
+        unsafe { device::sync_threads() }; // a new bound is visible to the next tile
+    }
+    true
+}
 
-        unsafe { sort_runs(&mut sorted, 0, run) };
-        let mut warp_best = unsafe { reduce_runs::<K::Bits, PAIRS_PER_THREAD, Q>(&sorted) };
+/// Where the block's results start in the output, for a block with `real` results that are
+/// not padding: appended after the other blocks' (one atomic) when the pass counts its
+/// outputs, at `block·k` otherwise. Called by one thread.
+///
+/// # Safety
+/// `out_count`, when not null, is a live counter.
+#[inline(always)]
+unsafe fn output_start<K>(params: &TopKParams<K>, real: u32) -> u64 {
+    if params.out_count.is_null() {
+        device::block_idx_x() as u64 * params.k as u64
+    } else {
+        unsafe { device::global_atomic_add_u64(params.out_count.as_ptr(), real as u64) }
+    }
+}
 
-        // Fold the warps' runs in a tree: at distance d, warp w (a multiple of 2d) takes
-        // warp w + d's run. Each level: write, barrier, read.
-        let mut distance = 1;
-        while distance < WARPS {
-            unsafe { device::sync_threads() }; // the previous readers of the slots are done
-            if warp.is_multiple_of(distance) {
-                for q in 0..Q {
-                    let slot = warp * run + q * 32 + lane;
-                    unsafe {
+/// Whether the result of this rank is written: all `k` without compaction (padding
+/// included, which the next pass and the caller recognise), only the real ones with it.
+#[inline(always)]
+fn writes_rank<K>(params: &TopKParams<K>, rank: usize, real: u32) -> bool {
+    rank < params.k as usize && (params.out_count.is_null() || rank < real as usize)
+}
+
+/// Writes a result at output element `out`: the key gathered from the original data at its
+/// position (so NaN payloads and `-0.0` survive bit for bit), or padding.
+#[inline(always)]
+unsafe fn write_result<K: Key>(params: &TopKParams<K>, out: u64, position: u32) {
+    // Padding: the block saw fewer than k inputs inside the bound.
+    let (key, index) = if position == u32::MAX {
+        (K::default(), NO_INDEX)
+    } else {
+        (unsafe { params.original_keys.read(position as u64) }, position as u64)
+    };
+    unsafe {
+        params.keys_out.write(out, key);
+        params.indices_out.write(out, index);
+    }
+}
+
+/// The `topk_bitonic_q<Q>_<key>` kernel body for `Q ≤ 8` (module docs): runs and the
+/// block's best in registers. `Q` = [`registers_for_k`].
+///
+/// # Safety
+/// [`TOPK_THREADS`] threads, [`TopKLayout::bytes`] of shared memory, `len < 2^32`,
+/// `1 ≤ k ≤ 32·Q`, outputs of `grid.x · k`.
+// Always inlined into its entry point: left to the inliner (with the unroll threshold of
+// host/build_ptx.rs) the 64-bit Q8 body became a call taking its parameters through local memory.
+#[inline(always)]
+pub unsafe fn reduce<K: Key, const Q: usize>(params: TopKParams<K>) {
+    let params = unsafe { counted_inputs(params) };
+    let largest = Order::from_raw(params.order) == Order::Largest;
+    let warp = device::warp_id() as usize;
+    let lane = device::lane_id() as usize;
+    let layout = TopKLayout::<K::Bits>::new(Q);
+    let (shared_bits, shared_positions) = unsafe { (layout.bits.bind(), layout.positions.bind()) };
+    let (bound_bits, bound_position) = unsafe { (layout.bound_bits.bind(), layout.bound_position.bind()) };
+    let run = 32 * Q;
+    let mut best = WarpPairs::<K::Bits, Q>::padding();
+
+    let ran = unsafe {
+        scan_tiles(&params, largest, &layout, |sorted, limit_bits, limit_position| {
+            sort_runs(sorted, 0, run);
+            let mut warp_best = reduce_runs::<K::Bits, PAIRS_PER_THREAD, Q>(sorted);
+
+            // Fold the warps' runs in a tree: at distance d, warp w (a multiple of 2d) takes
+            // warp w + d's run. Each level: write, barrier, read.
+            let mut distance = 1;
+            while distance < WARPS {
+                device::sync_threads(); // the previous readers of the slots are done
+                if warp.is_multiple_of(distance) {
+                    for q in 0..Q {
+                        let slot = warp * run + q * 32 + lane;
                         shared_bits.store(slot, warp_best.bits[q]);
                         shared_positions.store(slot, warp_best.positions[q]);
                     }
                 }
-            }
-            unsafe { device::sync_threads() };
-            if warp.is_multiple_of(2 * distance) {
-                let mut other = WarpPairs::<K::Bits, Q>::padding();
-                for q in 0..Q {
-                    let slot = (warp + distance) * run + q * 32 + lane;
-                    unsafe {
+                device::sync_threads();
+                if warp.is_multiple_of(2 * distance) {
+                    let mut other = WarpPairs::<K::Bits, Q>::padding();
+                    for q in 0..Q {
+                        let slot = (warp + distance) * run + q * 32 + lane;
                         other.bits[q] = shared_bits.load(slot);
                         other.positions[q] = shared_positions.load(slot);
                     }
+                    fold_sorted_runs(&mut warp_best, &other);
                 }
-                unsafe { fold_sorted_runs(&mut warp_best, &other) };
+                distance *= 2;
             }
-            distance *= 2;
-        }
-        if warp == 0 {
-            unsafe { fold_sorted_runs(&mut best, &warp_best) };
-            // The block's k-th best so far bounds the rest, once it beats the bound.
-            let kth = params.k as usize - 1;
-            let (mut kth_bits, mut kth_position) = (K::Bits::MAX, u32::MAX);
-            for q in 0..Q {
-                if q == kth / 32 {
-                    (kth_bits, kth_position) = (best.bits[q], best.positions[q]);
+            if warp == 0 {
+                fold_sorted_runs(&mut best, &warp_best);
+                // The block's k-th best so far bounds the rest, once it beats the bound.
+                let kth = params.k as usize - 1;
+                let (mut kth_bits, mut kth_position) = (K::Bits::MAX, u32::MAX);
+                for q in 0..Q {
+                    if q == kth / 32 {
+                        (kth_bits, kth_position) = (best.bits[q], best.positions[q]);
+                    }
                 }
-            }
-            if lane == kth % 32 && !pair_after(kth_bits, kth_position, limit_bits, limit_position) {
-                unsafe {
+                if lane == kth % 32 && !pair_after(kth_bits, kth_position, limit_bits, limit_position) {
                     bound_bits.store(0, kth_bits);
                     bound_position.store(0, kth_position);
                 }
             }
-        }
-        unsafe { device::sync_threads() }; // the new bound is visible to the next tile
-    }
+        })
+    };
 
-    if warp == 0 {
-        let out_start = device::block_idx_x() as u64 * params.k as u64;
+    if ran && warp == 0 {
+        // The real results come first (padding sorts last).
+        let mut real = 0;
+        for q in 0..Q {
+            let is_real = q * 32 + lane < params.k as usize && best.positions[q] != u32::MAX;
+            real += unsafe { device::ballot(device::FULL_WARP, is_real) }.count_ones();
+        }
+        let start = if lane == 0 { unsafe { output_start(&params, real) } } else { 0 };
+        let start = unsafe { device::shfl_idx_u64(device::FULL_WARP, start, 0) };
         for q in 0..Q {
             let rank = q * 32 + lane;
-            if rank < params.k as usize {
-                let out = out_start + rank as u64;
-                let position = best.positions[q];
-                // Padding: the block saw fewer than k inputs inside the bound.
-                let (key, index) = if position == u32::MAX {
-                    (K::default(), NO_INDEX)
-                } else {
-                    (unsafe { params.original_keys.read(position as u64) }, position as u64)
-                };
-                unsafe {
-                    params.keys_out.write(out, key);
-                    params.indices_out.write(out, index);
+            if writes_rank(&params, rank, real) {
+                unsafe { write_result(&params, start + rank as u64, best.positions[q]) };
+            }
+        }
+    }
+}
+
+/// The `topk_bitonic_q<Q>_<key>` kernel body for `Q = 16, 32` (`k` from 257 to 1024; module
+/// docs): the block's best `k' = 32·Q` pairs in shared memory. Each tile with an input
+/// inside the bound is sorted whole by the block sort's network; its first `k'` fold into
+/// the best (element `i` against the tile's `k'−1−i`, keeping the smaller: a bitonic
+/// sequence of the `k'` best of both), which a bitonic merge in shared memory sorts again.
+///
+/// # Safety
+/// As [`reduce`].
+#[inline(always)]
+pub unsafe fn reduce_in_shared<K: Key, const Q: usize>(params: TopKParams<K>) {
+    let params = unsafe { counted_inputs(params) };
+    let largest = Order::from_raw(params.order) == Order::Largest;
+    let thread = device::thread_idx_x() as usize;
+    let tile_slot =
+        |r: usize| device::warp_id() as usize * 32 * PAIRS_PER_THREAD + r * 32 + device::lane_id() as usize;
+    let layout = TopKLayout::<K::Bits>::new(Q);
+    let run = 32 * Q;
+    let (best_bits, best_positions): (SharedSlice<K::Bits>, SharedSlice<u32>) =
+        unsafe { (layout.bits.bind(), layout.positions.bind()) };
+    let (bound_bits, bound_position) = unsafe { (layout.bound_bits.bind(), layout.bound_position.bind()) };
+    let mut slot = thread;
+    while slot < run {
+        unsafe {
+            best_bits.store(slot, K::Bits::MAX);
+            best_positions.store(slot, u32::MAX);
+        }
+        slot += TOPK_THREADS as usize;
+    }
+    // `scan_tiles` has a barrier before the first tile reads the best.
+
+    let ran = unsafe {
+        scan_tiles(&params, largest, &layout, |sorted, limit_bits, limit_position| {
+            sort_slots::<K::Bits, PAIRS_PER_THREAD>(sorted, TOPK_TILE as usize, &layout.sort);
+            // Fold: each of the tile's first k' slots meets its mirror in the best; every
+            // best slot is written by the one thread that holds its mirror.
+            for r in 0..PAIRS_PER_THREAD {
+                let slot = tile_slot(r);
+                if slot < run {
+                    let mirror = run - 1 - slot;
+                    let (bits, position) = (best_bits.load(mirror), best_positions.load(mirror));
+                    if pair_after(bits, position, sorted.bits[r], sorted.positions[r]) {
+                        best_bits.store(mirror, sorted.bits[r]);
+                        best_positions.store(mirror, sorted.positions[r]);
+                    }
                 }
             }
+            device::sync_threads();
+            // Rebuild: the bitonic best sorts with one merge (each stage ends in a barrier).
+            let mut stride = run / 2;
+            while stride >= 1 {
+                shared_stage(best_bits, best_positions, run, stride, run);
+                stride /= 2;
+            }
+            // The block's k-th best so far bounds the rest, once it beats the bound.
+            if thread == 0 {
+                let kth = params.k as usize - 1;
+                let (kth_bits, kth_position) = (best_bits.load(kth), best_positions.load(kth));
+                if !pair_after(kth_bits, kth_position, limit_bits, limit_position) {
+                    bound_bits.store(0, kth_bits);
+                    bound_position.store(0, kth_position);
+                }
+            }
+        })
+    };
+
+    if ran {
+        // The real results come first (padding sorts last): thread 0 finds where they end
+        // and reserves their room, and passes the start on through the votes' words (the
+        // barrier first: other threads may still read the last tile's votes).
+        let votes = unsafe { layout.votes.bind() };
+        unsafe { device::sync_threads() };
+        if thread == 0 {
+            let (mut real, mut end) = (0u32, params.k);
+            while real < end {
+                let middle = (real + end) / 2;
+                if unsafe { best_positions.load(middle as usize) } == u32::MAX {
+                    end = middle;
+                } else {
+                    real = middle + 1;
+                }
+            }
+            let start = unsafe { output_start(&params, real) };
+            unsafe {
+                votes.store(0, real);
+                votes.store(1, start as u32);
+                votes.store(2, (start >> 32) as u32);
+            }
+        }
+        unsafe { device::sync_threads() };
+        let (real, start) = unsafe { (votes.load(0), votes.load(1) as u64 | (votes.load(2) as u64) << 32) };
+        let mut rank = thread;
+        while writes_rank(&params, rank, real) {
+            unsafe { write_result(&params, start + rank as u64, best_positions.load(rank)) };
+            rank += TOPK_THREADS as usize;
         }
     }
 }
@@ -348,6 +578,20 @@ pub unsafe fn reduce_q4<K: Key>(params: TopKParams<K>) {
 pub unsafe fn reduce_q8<K: Key>(params: TopKParams<K>) {
     unsafe { reduce::<K, 8>(params) }
 }
+/// `reduce_in_shared` with `Q = 16` (k ≤ 512).
+///
+/// # Safety
+/// As [`reduce`].
+pub unsafe fn reduce_q16<K: Key>(params: TopKParams<K>) {
+    unsafe { reduce_in_shared::<K, 16>(params) }
+}
+/// `reduce_in_shared` with `Q = 32` (k ≤ 1024).
+///
+/// # Safety
+/// As [`reduce`].
+pub unsafe fn reduce_q32<K: Key>(params: TopKParams<K>) {
+    unsafe { reduce_in_shared::<K, 32>(params) }
+}
 
 #[cfg(test)]
 mod tests {
@@ -357,11 +601,13 @@ mod tests {
     use super::*;
     use crate::device::emulator::{LaunchConfig, launch};
 
-    /// Runs one pass over `keys` (with `indices`, `NO_INDEX` for padding) on one block.
-    fn one_pass(keys: &[u32], indices: &[u64], k: u32) -> Vec<u64> {
+    /// Runs one pass over `keys` (with `indices`, `NO_INDEX` for padding) on one block with
+    /// `Q` = `q` (2, or 32 for the shared path); `skip` is the `skip_unless_padding` flag.
+    fn pass_with(keys: &[u32], indices: &[u64], k: u32, q: usize, skip: Option<u64>) -> Vec<u64> {
         let mut keys_out = std::vec![0u32; k as usize];
-        let mut indices_out = std::vec![0u64; k as usize];
-        let original: Vec<u32> = (0..4096).collect();
+        let mut indices_out = std::vec![7u64; k as usize];
+        let original: Vec<u32> = (0..1 << 16).collect();
+        let flag = skip.unwrap_or(0);
         let params = TopKParams {
             keys_in: GlobalPtr::from_address(keys.as_ptr() as u64),
             indices_in: GlobalPtr::from_address(indices.as_ptr() as u64),
@@ -369,20 +615,35 @@ mod tests {
             keys_out: GlobalPtr::from_address(keys_out.as_mut_ptr() as u64),
             indices_out: GlobalPtr::from_address(indices_out.as_mut_ptr() as u64),
             len: keys.len() as u64,
-            tiles: 1,
+            tiles: keys.len().div_ceil(TOPK_TILE as usize) as u64,
             tile_stride: 1,
+            first_tile: 0,
             prune_key: GlobalPtr::null(),
             prune_index: GlobalPtr::null(),
+            skip_unless_padding: match skip {
+                Some(_) => GlobalPtr::from_address(&flag as *const u64 as u64),
+                None => GlobalPtr::null(),
+            },
+            in_count: GlobalPtr::null(),
+            out_count: GlobalPtr::null(),
             k,
             order: Order::Smallest.to_raw(),
         };
         let config = LaunchConfig {
             grid: (1, 1),
             block_threads: TOPK_THREADS,
-            shared_bytes: TopKLayout::<u32>::new(2).bytes,
+            shared_bytes: TopKLayout::<u32>::new(q).bytes,
         };
-        launch(&config, &|| unsafe { reduce::<u32, 2>(params) }).unwrap();
+        match q {
+            2 => launch(&config, &|| unsafe { reduce::<u32, 2>(params) }).unwrap(),
+            32 => launch(&config, &|| unsafe { reduce_in_shared::<u32, 32>(params) }).unwrap(),
+            _ => unreachable!("no test kernel for Q = {q}"),
+        }
         indices_out
+    }
+
+    fn one_pass(keys: &[u32], indices: &[u64], k: u32) -> Vec<u64> {
+        pass_with(keys, indices, k, 2, None)
     }
 
     #[test]
@@ -401,5 +662,124 @@ mod tests {
         let keys: Vec<u32> = (0..66).map(|i| 1000 - i * 10).collect();
         let indices: Vec<u64> = (0..66).map(|i| i as u64).collect();
         assert_eq!(one_pass(&keys, &indices, 33), (33..66).rev().collect::<Vec<u64>>());
+    }
+
+    /// The shared path (k' = 1024) over three tiles of scrambled keys with ties and padding:
+    /// the k best by (key, index), in order, then padding when fewer than k are real.
+    #[test]
+    fn shared_path_keeps_the_best_of_every_tile() {
+        let n = 5000usize;
+        let keys: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(2_654_435_761) % 3000).collect();
+        let indices: Vec<u64> =
+            (0..n as u64).map(|i| if i % 7 == 3 { NO_INDEX } else { (i * 13) % (1 << 16) }).collect();
+        let mut real: Vec<(u32, u64)> =
+            keys.iter().zip(&indices).filter(|(_, i)| **i != NO_INDEX).map(|(k, i)| (*k, *i)).collect();
+        real.sort_unstable();
+        for k in [600u32, 1000, 1024] {
+            let want: Vec<u64> = real[..k as usize].iter().map(|p| p.1).collect();
+            assert_eq!(pass_with(&keys, &indices, k, 32, None), want, "k = {k}");
+        }
+        // Only 9 real inputs: the rest of the k results are padding.
+        let few: Vec<u64> =
+            (0..n as u64).map(|i| if i % 500 == 0 && i < 4500 { i } else { NO_INDEX }).collect();
+        let got = pass_with(&keys, &few, 700, 32, None);
+        let mut want: Vec<(u32, u64)> =
+            few.iter().filter(|i| **i != NO_INDEX).map(|&i| (keys[i as usize], i)).collect();
+        want.sort_unstable();
+        assert_eq!(&got[..9], want.iter().map(|p| p.1).collect::<Vec<u64>>().as_slice());
+        assert!(got[9..].iter().all(|&i| i == NO_INDEX));
+    }
+
+    /// A second chain's blocks leave without writing when the first chain's k-th result is
+    /// real, and run when it is padding.
+    #[test]
+    fn skip_unless_padding_gates_the_block() {
+        let keys: Vec<u32> = (0..100).rev().collect();
+        let indices: Vec<u64> = (0..100).collect();
+        assert_eq!(pass_with(&keys, &indices, 3, 2, Some(5)), [7, 7, 7]);
+        assert_eq!(pass_with(&keys, &indices, 3, 2, Some(NO_INDEX)), [99, 98, 97]);
+        assert_eq!(pass_with(&keys, &indices, 300, 32, Some(5)), [7; 300]);
+        assert_eq!(pass_with(&keys, &indices, 3, 32, Some(NO_INDEX))[..3], [99, 98, 97]);
+    }
+
+    /// Two blocks append their real results (`out_count`), then one block reads just those
+    /// (`in_count`): every real result arrives once, and the second pass finds the top k.
+    #[test]
+    fn compacted_passes_keep_every_real_result() {
+        let n = 5000usize;
+        let keys: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(2_654_435_761) % 3000).collect();
+        let indices: Vec<u64> = (0..n as u64).map(|i| if i % 7 == 3 { NO_INDEX } else { i }).collect();
+        let original = keys.clone();
+        let real_of = |tiles: &[usize]| -> Vec<(u32, u64)> {
+            let mut real: Vec<(u32, u64)> = tiles
+                .iter()
+                .flat_map(|t| t * 2048..((t + 1) * 2048).min(n))
+                .filter(|&i| indices[i] != NO_INDEX)
+                .map(|i| (keys[i], indices[i]))
+                .collect();
+            real.sort_unstable();
+            real
+        };
+        for (k, q) in [(50u32, 2usize), (1000, 32)] {
+            let mut keys_mid = std::vec![0u32; 2 * k as usize];
+            let mut indices_mid = std::vec![0u64; 2 * k as usize];
+            let mut count = 0u64;
+            let first = TopKParams {
+                keys_in: GlobalPtr::from_address(keys.as_ptr() as u64),
+                indices_in: GlobalPtr::from_address(indices.as_ptr() as u64),
+                original_keys: GlobalPtr::from_address(original.as_ptr() as u64),
+                keys_out: GlobalPtr::from_address(keys_mid.as_mut_ptr() as u64),
+                indices_out: GlobalPtr::from_address(indices_mid.as_mut_ptr() as u64),
+                len: n as u64,
+                tiles: 3,
+                tile_stride: 1,
+                first_tile: 0,
+                prune_key: GlobalPtr::null(),
+                prune_index: GlobalPtr::null(),
+                skip_unless_padding: GlobalPtr::null(),
+                in_count: GlobalPtr::null(),
+                out_count: GlobalPtr::from_address(&mut count as *mut u64 as u64),
+                k,
+                order: Order::Smallest.to_raw(),
+            };
+            let run = |params: TopKParams<u32>, grid: u32| {
+                let config = LaunchConfig {
+                    grid: (grid, 1),
+                    block_threads: TOPK_THREADS,
+                    shared_bytes: TopKLayout::<u32>::new(q).bytes,
+                };
+                match q {
+                    2 => launch(&config, &|| unsafe { reduce::<u32, 2>(params) }).unwrap(),
+                    _ => launch(&config, &|| unsafe { reduce_in_shared::<u32, 32>(params) }).unwrap(),
+                }
+            };
+            run(first, 2);
+            // Block 0 reduced tiles 0 and 2, block 1 tile 1.
+            let mut want: Vec<(u32, u64)> = real_of(&[0, 2]).into_iter().take(k as usize).collect();
+            want.extend(real_of(&[1]).into_iter().take(k as usize));
+            want.sort_unstable();
+            assert_eq!(count as usize, want.len(), "k = {k}");
+            let mut got: Vec<(u32, u64)> =
+                (0..count as usize).map(|i| (keys_mid[i], indices_mid[i])).collect();
+            got.sort_unstable();
+            assert_eq!(got, want, "k = {k}");
+
+            let mut keys_out = std::vec![0u32; k as usize];
+            let mut indices_out = std::vec![0u64; k as usize];
+            let second = TopKParams {
+                keys_in: GlobalPtr::from_address(keys_mid.as_ptr() as u64),
+                indices_in: GlobalPtr::from_address(indices_mid.as_ptr() as u64),
+                keys_out: GlobalPtr::from_address(keys_out.as_mut_ptr() as u64),
+                indices_out: GlobalPtr::from_address(indices_out.as_mut_ptr() as u64),
+                len: 2 * k as u64,
+                tiles: (2 * k as u64).div_ceil(TOPK_TILE),
+                in_count: GlobalPtr::from_address(&count as *const u64 as u64),
+                out_count: GlobalPtr::null(),
+                ..first
+            };
+            run(second, 1);
+            let all = real_of(&[0, 1, 2]);
+            assert_eq!(indices_out, all[..k as usize].iter().map(|p| p.1).collect::<Vec<u64>>(), "k = {k}");
+        }
     }
 }
