@@ -601,6 +601,20 @@ mod tests {
     use super::*;
     use crate::device::emulator::{LaunchConfig, launch};
 
+    /// Launches one pass on `grid` blocks with `Q` = `q` (2, or 32 for the shared path).
+    fn launch_pass(params: TopKParams<u32>, q: usize, grid: u32) {
+        let config = LaunchConfig {
+            grid: (grid, 1),
+            block_threads: TOPK_THREADS,
+            shared_bytes: TopKLayout::<u32>::new(q).bytes,
+        };
+        match q {
+            2 => launch(&config, &|| unsafe { reduce::<u32, 2>(params) }).unwrap(),
+            32 => launch(&config, &|| unsafe { reduce_in_shared::<u32, 32>(params) }).unwrap(),
+            _ => unreachable!("no test kernel for Q = {q}"),
+        }
+    }
+
     /// Runs one pass over `keys` (with `indices`, `NO_INDEX` for padding) on one block with
     /// `Q` = `q` (2, or 32 for the shared path); `skip` is the `skip_unless_padding` flag.
     fn pass_with(keys: &[u32], indices: &[u64], k: u32, q: usize, skip: Option<u64>) -> Vec<u64> {
@@ -629,16 +643,7 @@ mod tests {
             k,
             order: Order::Smallest.to_raw(),
         };
-        let config = LaunchConfig {
-            grid: (1, 1),
-            block_threads: TOPK_THREADS,
-            shared_bytes: TopKLayout::<u32>::new(q).bytes,
-        };
-        match q {
-            2 => launch(&config, &|| unsafe { reduce::<u32, 2>(params) }).unwrap(),
-            32 => launch(&config, &|| unsafe { reduce_in_shared::<u32, 32>(params) }).unwrap(),
-            _ => unreachable!("no test kernel for Q = {q}"),
-        }
+        launch_pass(params, q, 1);
         indices_out
     }
 
@@ -742,17 +747,7 @@ mod tests {
                 k,
                 order: Order::Smallest.to_raw(),
             };
-            let run = |params: TopKParams<u32>, grid: u32| {
-                let config = LaunchConfig {
-                    grid: (grid, 1),
-                    block_threads: TOPK_THREADS,
-                    shared_bytes: TopKLayout::<u32>::new(q).bytes,
-                };
-                match q {
-                    2 => launch(&config, &|| unsafe { reduce::<u32, 2>(params) }).unwrap(),
-                    _ => launch(&config, &|| unsafe { reduce_in_shared::<u32, 32>(params) }).unwrap(),
-                }
-            };
+            let run = |params: TopKParams<u32>, grid: u32| launch_pass(params, q, grid);
             run(first, 2);
             // Block 0 reduced tiles 0 and 2, block 1 tile 1.
             let mut want: Vec<(u32, u64)> = real_of(&[0, 2]).into_iter().take(k as usize).collect();

@@ -23,12 +23,13 @@ const BLOCKS_PER_SM: u32 = 4;
 /// Environment variable that overrides [`BLOCKS_PER_SM`] (for tuning sweeps).
 pub const BLOCKS_PER_SM_ENV: &str = "GPU_SELECT_TOPK_BLOCKS_PER_SM";
 
+/// A positive number from the environment variable `name`, or `default`.
+fn env_override<T: std::str::FromStr + Copy + PartialOrd + Default>(name: &str, default: T) -> T {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).filter(|&v| v > T::default()).unwrap_or(default)
+}
+
 fn blocks_per_sm() -> u32 {
-    std::env::var(BLOCKS_PER_SM_ENV)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|&b| b > 0)
-        .unwrap_or(BLOCKS_PER_SM)
+    env_override(BLOCKS_PER_SM_ENV, BLOCKS_PER_SM)
 }
 /// Tiles a block of a later pass reduces, so that each pass shrinks the candidates a lot,
 /// unless [`TILES_PER_BLOCK_LATER_ENV`] says otherwise.
@@ -37,11 +38,7 @@ const TILES_PER_BLOCK_LATER: u64 = 8;
 pub const TILES_PER_BLOCK_LATER_ENV: &str = "GPU_SELECT_TOPK_TILES_PER_BLOCK_LATER";
 
 fn tiles_per_block_later() -> u64 {
-    std::env::var(TILES_PER_BLOCK_LATER_ENV)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|&t| t > 0)
-        .unwrap_or(TILES_PER_BLOCK_LATER)
+    env_override(TILES_PER_BLOCK_LATER_ENV, TILES_PER_BLOCK_LATER)
 }
 
 /// Environment variable that, set to `0`, keeps the pruning bound at the sample's `k`-th
