@@ -210,6 +210,28 @@ fn a_sample_unlike_the_data_falls_back_to_the_safe_bound() {
 }
 
 #[test]
+fn a_bound_that_lets_too_many_through_falls_back_to_the_safe_bound() {
+    // The tight bound's chain filters the inputs inside it into room for n/64 of them; when
+    // more come through, some are lost, so the chain must report padding and the safe chain
+    // run. Here the sampled tiles (as in the test above) hold keys below all others (the
+    // uniform keys lie in ±1000), so every other input lies inside the sample's 9th best.
+    let gpu = common::gpu();
+    let n = (1usize << 20) + 12_345;
+    let full_tiles = n / 2048;
+    let stride = full_tiles / (full_tiles / 128);
+    let mut data = generate::<f32>(n, Distribution::Uniform, 6);
+    for (i, key) in data.iter_mut().enumerate() {
+        if (i / 2048) % stride == stride / 2 {
+            *key -= 3000.0;
+        }
+    }
+    for k in [32, 1000] {
+        let options = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::Bitonic);
+        check(&gpu, &data, k, options, &format!("too many inside the bound, k={k}"));
+    }
+}
+
+#[test]
 fn algorithms_agree_with_each_other() {
     let gpu = common::gpu();
     for n in [1usize, 100, 2048] {

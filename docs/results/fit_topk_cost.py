@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Reproduces the constants of host/src/topk/cost.rs from a top-k sweep (plain Python).
 
-Usage: python3 docs/results/fit_topk_cost.py docs/results/raw/2026-11-23-h100-run46-topk-sweep.csv
+Usage: python3 docs/results/fit_topk_cost.py docs/results/raw/2026-11-23-h100-run52-topk-sweep.csv
 
 The sweep is `GPU_SELECT_BENCH_SECTIONS=topk-sweep cargo xtask bench` (uniform f32, largest
 first, n = 2^20 .. 2^30, k = 1 .. 1024, each algorithm forced). Prints:

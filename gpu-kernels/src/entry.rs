@@ -15,7 +15,10 @@ use crate::select::sample::{
     SampleParams, choose as sample_choose_body, count as sample_count_body, filter as sample_filter_body,
     gather as sample_gather_body, nearest as sample_nearest_body, sample as sample_sample_body,
 };
-use crate::topk::bitonic::{TopKParams, reduce_q1, reduce_q2, reduce_q4, reduce_q8, reduce_q16, reduce_q32};
+use crate::topk::bitonic::{
+    FilterParams, TopKParams, filter_inside, reduce_q1, reduce_q2, reduce_q4, reduce_q8, reduce_q16,
+    reduce_q32,
+};
 use crate::topk::radix::{
     RadixParams, choose as radix_choose_body, count as radix_count_body, filter as radix_filter_body,
 };
@@ -64,6 +67,8 @@ pub trait KernelKey: Key {
     const TOPK_BITONIC_Q16: KernelId<TopKParams<Self>>;
     /// Bitonic top-k reduction pass, k ≤ 1024 (the block's best in shared memory).
     const TOPK_BITONIC_Q32: KernelId<TopKParams<Self>>;
+    /// Bitonic top-k: the inputs inside a tight bound, appended for a reduction chain.
+    const TOPK_BITONIC_FILTER: KernelId<FilterParams<Self>>;
     /// Radix-select top-k: histogram of one level's digit.
     const RADIX_COUNT: KernelId<RadixParams<Self>>;
     /// Radix-select top-k: the target digit and the blocks' offsets of one level.
@@ -119,6 +124,7 @@ crate::__kernel_table! {
         TOPK_BITONIC_Q8 = topk_bitonic_q8(TopKParams) => reduce_q8;
         TOPK_BITONIC_Q16 = topk_bitonic_q16(TopKParams) => reduce_q16;
         TOPK_BITONIC_Q32 = topk_bitonic_q32(TopKParams) => reduce_q32;
+        TOPK_BITONIC_FILTER = topk_bitonic_filter(FilterParams) => filter_inside;
         ROWS_Q1 = top_k_rows_q1(RowsParams) => select_rows_q1;
         ROWS_Q2 = top_k_rows_q2(RowsParams) => select_rows_q2;
         ROWS_Q4 = top_k_rows_q4(RowsParams) => select_rows_q4;

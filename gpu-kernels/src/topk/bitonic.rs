@@ -178,15 +178,19 @@ impl<K: Key> RawTile<K> {
     }
 }
 
-/// The pass's parameters with `len` and `tiles` cut to the inputs the previous pass
-/// appended, when it counted them.
+/// The pass's parameters with `len` and `tiles` cut to the inputs the previous pass (or
+/// [`filter_inside`]) appended, when it counted them; cut to none when it appended more
+/// than `len`, the room it had.
 ///
 /// # Safety
 /// `in_count`, when not null, is a live counter.
 #[inline(always)]
 unsafe fn counted_inputs<K>(mut params: TopKParams<K>) -> TopKParams<K> {
     if !params.in_count.is_null() {
-        params.len = unsafe { params.in_count.read(0) }.min(params.len);
+        // More appended than there was room for: some inputs were lost, so the pass reads
+        // nothing and the chain's result is padding, which sends the host's safe chain on.
+        let appended = unsafe { params.in_count.read(0) };
+        params.len = if appended > params.len { 0 } else { appended };
         params.tiles = params.len.div_ceil(TOPK_TILE);
     }
     params
@@ -550,6 +554,99 @@ pub unsafe fn reduce_in_shared<K: Key, const Q: usize>(params: TopKParams<K>) {
     }
 }
 
+/// Parameters of `topk_bitonic_filter_<key>`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct FilterParams<K> {
+    /// The data.
+    pub keys: GlobalPtr<K>,
+    /// Number of keys (below 2^32).
+    pub len: u64,
+    /// The bound's key (a sample's best of some rank).
+    pub bound_key: GlobalPtr<K>,
+    /// The bound's index.
+    pub bound_index: GlobalPtr<u64>,
+    /// Where the inputs inside the bound go, appended in no particular order.
+    pub keys_out: GlobalPtr<K>,
+    /// Their indices in the data.
+    pub indices_out: GlobalPtr<u64>,
+    /// Adds the number of inputs inside the bound, all of them even past `capacity` (zero
+    /// before the kernel): a count above `capacity` tells the next pass that some were lost.
+    pub count: GlobalPtr<u64>,
+    /// Room in `keys_out` and `indices_out`.
+    pub capacity: u64,
+    /// [`Order::to_raw`].
+    pub order: u32,
+}
+
+/// Threads per block of the filter.
+pub const FILTER_THREADS: u32 = 256;
+
+/// The `topk_bitonic_filter_<key>` kernel body: copies every input inside the bound (no
+/// worse than it in the order of pairs, key then index) to `keys_out` / `indices_out`, one
+/// atomic per warp and tile that has any. With a tight bound a few thousand inputs of 2^28
+/// get through, so the kernel runs at the speed of a read, with no barrier and no sorting;
+/// a reduction chain over what it appended ([`TopKParams::in_count`]) then finds the `k`
+/// best. Fewer than `k` inside (a sample unlike the data), or more than `capacity`, shows in
+/// that chain's result as padding, and the host's safe chain runs.
+///
+/// # Safety
+/// [`FILTER_THREADS`] threads, `len < 2^32`, outputs of `capacity` elements.
+#[inline(always)]
+pub unsafe fn filter_inside<K: Key>(params: FilterParams<K>) {
+    let largest = Order::from_raw(params.order) == Order::Largest;
+    let encode = |key: K| {
+        let ordered = key.to_ordered();
+        if largest { ordered.complement() } else { ordered }
+    };
+    let (bound_bits, bound_position) =
+        unsafe { (encode(params.bound_key.read(0)), params.bound_index.read(0) as u32) };
+    let tiles = params.len.div_ceil(TOPK_TILE);
+    let last = params.len - 1;
+    let lane = device::lane_id();
+    let mut tile = device::block_idx_x() as u64;
+    while tile < tiles {
+        // Register r of lane l of warp w holds input `tile·2048 + 256·w + 32·r + l`.
+        let first = tile * TOPK_TILE + device::warp_id() as u64 * 256 + lane as u64;
+        let mut keys = [K::default(); PAIRS_PER_THREAD];
+        for (r, key) in keys.iter_mut().enumerate() {
+            *key = unsafe { params.keys.read((first + r as u64 * 32).min(last)) };
+        }
+        let mut inside = 0u32;
+        for (r, &key) in keys.iter().enumerate() {
+            let position = first + r as u64 * 32;
+            if position < params.len && !pair_after(encode(key), position as u32, bound_bits, bound_position)
+            {
+                inside |= 1 << r;
+            }
+        }
+        tile += device::grid_dim_x() as u64;
+        if unsafe { device::ballot(device::FULL_WARP, inside != 0) } == 0 {
+            continue;
+        }
+        // The warp's inputs inside go one after another: lane l's after those of lanes < l.
+        let mine = inside.count_ones();
+        let through_mine = unsafe { crate::warp::inclusive_scan_add_u32(mine) };
+        let mut start = 0;
+        if lane == 31 {
+            start = unsafe { device::global_atomic_add_u64(params.count.as_ptr(), through_mine as u64) };
+        }
+        let mut slot =
+            unsafe { device::shfl_idx_u64(device::FULL_WARP, start, 31) } + (through_mine - mine) as u64;
+        for (r, &key) in keys.iter().enumerate() {
+            if inside & (1 << r) != 0 {
+                if slot < params.capacity {
+                    unsafe {
+                        params.keys_out.write(slot, key);
+                        params.indices_out.write(slot, first + r as u64 * 32);
+                    }
+                }
+                slot += 1;
+            }
+        }
+    }
+}
+
 /// `reduce` with `Q = 1` (k ≤ 32), for the kernel table.
 ///
 /// # Safety
@@ -645,6 +742,55 @@ mod tests {
         };
         launch_pass(params, q, 1);
         indices_out
+    }
+
+    /// Runs the filter over `keys` with the bound `(bound_key, bound_index)`, largest first,
+    /// on 3 blocks, with room for `capacity`: the count and the appended (key, index) pairs
+    /// in index order.
+    fn filter(keys: &[u32], bound_key: u32, bound_index: u64, capacity: usize) -> (u64, Vec<(u32, u64)>) {
+        let mut keys_out = std::vec![0u32; capacity];
+        let mut indices_out = std::vec![NO_INDEX; capacity];
+        let mut count = 0u64;
+        let params = FilterParams {
+            keys: GlobalPtr::from_address(keys.as_ptr() as u64),
+            len: keys.len() as u64,
+            bound_key: GlobalPtr::from_address(&bound_key as *const u32 as u64),
+            bound_index: GlobalPtr::from_address(&bound_index as *const u64 as u64),
+            keys_out: GlobalPtr::from_address(keys_out.as_mut_ptr() as u64),
+            indices_out: GlobalPtr::from_address(indices_out.as_mut_ptr() as u64),
+            count: GlobalPtr::from_address(&mut count as *mut u64 as u64),
+            capacity: capacity as u64,
+            order: Order::Largest.to_raw(),
+        };
+        let config = LaunchConfig { grid: (3, 1), block_threads: FILTER_THREADS, shared_bytes: 0 };
+        launch(&config, &|| unsafe { filter_inside::<u32>(params) }).unwrap();
+        let mut appended: Vec<(u32, u64)> =
+            keys_out.into_iter().zip(indices_out).filter(|&(_, index)| index != NO_INDEX).collect();
+        appended.sort_unstable_by_key(|&(_, index)| index);
+        (count, appended)
+    }
+
+    #[test]
+    fn the_filter_appends_exactly_the_inputs_inside_the_bound() {
+        // 5 tiles and a ragged end; keys repeat, so the bound's index decides ties: inputs
+        // equal to the bound key count as inside up to the bound's own index.
+        let keys: Vec<u32> =
+            (0..5 * 2048 + 77u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 20) % 1000).collect();
+        let (bound_key, bound_index) = (990, 6000);
+        let inside: Vec<(u32, u64)> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, &key)| (key, i as u64))
+            .filter(|&(key, i)| key > bound_key || (key == bound_key && i <= bound_index))
+            .collect();
+        assert!(inside.len() > 50, "the test needs inputs inside: {}", inside.len());
+        let (count, appended) = filter(&keys, bound_key, bound_index, 4096);
+        assert_eq!((count, &appended), (inside.len() as u64, &inside));
+        // Too little room: the count still says how many were inside, and only real inputs
+        // inside were written.
+        let (count, appended) = filter(&keys, bound_key, bound_index, 20);
+        assert_eq!((count, appended.len()), (inside.len() as u64, 20));
+        assert!(appended.iter().all(|pair| inside.contains(pair)));
     }
 
     fn one_pass(keys: &[u32], indices: &[u64], k: u32) -> Vec<u64> {

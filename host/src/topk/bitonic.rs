@@ -2,7 +2,9 @@
 
 use gpu_select_kernels::entry::KernelId;
 use gpu_select_kernels::params::GlobalPtr;
-use gpu_select_kernels::topk::bitonic::{TOPK_THREADS, TOPK_TILE, TopKLayout, TopKParams, registers_for_k};
+use gpu_select_kernels::topk::bitonic::{
+    FILTER_THREADS, FilterParams, TOPK_THREADS, TOPK_TILE, TopKLayout, TopKParams, registers_for_k,
+};
 
 #[cfg(test)]
 use super::WORKSPACE_ALIGN;
@@ -77,32 +79,79 @@ struct Pass {
     blocks: u32,
 }
 
+fn most_blocks(multiprocessors: u32) -> u64 {
+    (multiprocessors * blocks_per_sm()) as u64
+}
+
 /// A chain of passes: the first over `tiles` tiles of the data (`tile_stride` apart from
 /// `first_tile` on), each next one over the previous pass's `blocks · k` candidates, until
 /// one block is left.
 fn chain(n: u64, tiles: u64, tile_stride: u64, first_tile: u64, k: u32, multiprocessors: u32) -> Vec<Pass> {
-    let most_blocks = (multiprocessors * blocks_per_sm()) as u64;
-    let mut passes =
-        vec![Pass { inputs: n, tiles, tile_stride, first_tile, blocks: tiles.min(most_blocks) as u32 }];
-    while passes.last().unwrap().blocks > 1 {
-        let inputs = passes.last().unwrap().blocks as u64 * k as u64;
-        let tiles = inputs.div_ceil(TOPK_TILE);
-        let blocks = tiles.div_ceil(tiles_per_block_later()).min(most_blocks) as u32;
-        passes.push(Pass { inputs, tiles, tile_stride: 1, first_tile: 0, blocks });
+    let first = Pass {
+        inputs: n,
+        tiles,
+        tile_stride,
+        first_tile,
+        blocks: tiles.min(most_blocks(multiprocessors)) as u32,
+    };
+    let mut passes = vec![first];
+    if first.blocks > 1 {
+        passes.extend(candidate_passes(first.blocks as u64 * k as u64, k, multiprocessors));
     }
     passes
 }
 
-/// The plan of a bitonic top-k: an optional sample chain (whose result gives the pruning
-/// bound) and the main chain over all the data, with the rank of the tight bound when the
-/// sample gives one.
+/// Passes over at most `inputs` candidates (each block takes [`tiles_per_block_later`]
+/// tiles), each next one over the previous pass's `blocks · k`, until one block is left.
+fn candidate_passes(mut inputs: u64, k: u32, multiprocessors: u32) -> Vec<Pass> {
+    let mut passes = Vec::new();
+    loop {
+        let tiles = inputs.div_ceil(TOPK_TILE);
+        let blocks = tiles.div_ceil(tiles_per_block_later()).min(most_blocks(multiprocessors)) as u32;
+        passes.push(Pass { inputs, tiles, tile_stride: 1, first_tile: 0, blocks });
+        if blocks == 1 {
+            return passes;
+        }
+        inputs = blocks as u64 * k as u64;
+    }
+}
+
+/// The filter's room for inputs inside the tight bound, as a share of the data: a few
+/// thousand come through on most inputs (about `(j + 1) / sample_share`), sorted and
+/// all-equal ones about a stride of sample tiles (131 072 at 2^28); more than the room
+/// sends the safe chain on.
+const CANDIDATE_ROOM_SHARE: u64 = 64;
+/// Blocks per multiprocessor of the filter (no shared memory, few registers: many blocks
+/// keep enough loads in flight).
+const FILTER_BLOCKS_PER_SM: u32 = 8;
+
+/// The first chain of a sampled input: the sample's best `rank + 1` (a cheap chain: fewer
+/// than 32 for every `k` ≤ 1024), the filter of the inputs inside its last, then the
+/// reduction of what the filter appended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct TightPlan {
+    /// The bound's rank in the sample's best ([`tight_rank`], or `k − 1` when it gives none).
+    rank: u32,
+    /// The chain over the sample tiles keeping their best `rank + 1`; empty when that is
+    /// `k` (the safe sample chain then runs first, ungated).
+    sample: Vec<Pass>,
+    /// Blocks of the filter (grid-stride over the data's tiles).
+    filter_blocks: u32,
+    /// Room for the inputs inside the bound.
+    room: u64,
+    /// The reduction of the filter's output.
+    passes: Vec<Pass>,
+}
+
+/// The plan of a bitonic top-k: an optional sample chain keeping the sample's `k` best
+/// (whose `k`-th is the safe pruning bound), the main chain over all the data, and on
+/// sampled inputs the tight plan that runs first (the safe sample chain, when it is not the
+/// tight plan's, and the main chain then run only when the tight plan's result says so).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct BitonicPlan {
     sample: Option<Vec<Pass>>,
     main: Vec<Pass>,
-    /// The rank in the sample's top `k` of the first chain's bound ([`tight_rank`]); the
-    /// safe chain with the sample's `k`-th best follows it, to run only when needed.
-    tight_rank: Option<u32>,
+    tight: Option<TightPlan>,
 }
 
 impl BitonicPlan {
@@ -111,36 +160,53 @@ impl BitonicPlan {
         // Sample tiles lie evenly over the full tiles, each in the middle of its stride, so
         // each holds 2048 real inputs and neither end of the data is always sampled (sorted
         // inputs keep their best there: a sample holding them gives a bound too tight).
-        let sample = (tiles >= SAMPLE_MIN_TILES).then(|| {
-            let full_tiles = n / TOPK_TILE;
-            let sample_tiles = full_tiles / SAMPLE_EVERY_TILES;
-            let stride = full_tiles / sample_tiles;
-            chain(n, sample_tiles, stride, stride / 2, k, multiprocessors)
-        });
-        let tight_rank = match &sample {
-            Some(sample) if tight_bound_enabled() => {
-                tight_rank(k, (sample[0].tiles * TOPK_TILE) as f64 / n as f64)
+        let full_tiles = n / TOPK_TILE;
+        let sample_tiles = full_tiles / SAMPLE_EVERY_TILES;
+        let stride = full_tiles / sample_tiles.max(1);
+        let sample_chain = |k| chain(n, sample_tiles, stride, stride / 2, k, multiprocessors);
+        let sampled = tiles >= SAMPLE_MIN_TILES;
+        let tight = (sampled && tight_bound_enabled()).then(|| {
+            let rank = tight_rank(k, (sample_tiles * TOPK_TILE) as f64 / n as f64).unwrap_or(k - 1);
+            let room = (n / CANDIDATE_ROOM_SHARE).max(k as u64);
+            TightPlan {
+                rank,
+                sample: if rank + 1 < k { sample_chain(rank + 1) } else { Vec::new() },
+                filter_blocks: tiles.min((multiprocessors * FILTER_BLOCKS_PER_SM) as u64) as u32,
+                room,
+                passes: candidate_passes(room, k, multiprocessors),
             }
-            _ => None,
-        };
-        Self { sample, main: chain(n, tiles, 1, 0, k, multiprocessors), tight_rank }
+        });
+        let sample = sampled.then(|| sample_chain(k));
+        Self { sample, main: chain(n, tiles, 1, 0, k, multiprocessors), tight }
     }
 
     fn passes(&self) -> impl Iterator<Item = &Pass> {
-        self.sample.iter().flatten().chain(&self.main)
+        self.sample
+            .iter()
+            .flatten()
+            .chain(&self.main)
+            .chain(self.tight.iter().flat_map(|tight| tight.sample.iter().chain(&tight.passes)))
+    }
+
+    /// Counters of appended results: one per main pass; with a tight bound, one for the
+    /// filter and one per pass of its chain.
+    fn counters(&self) -> usize {
+        self.main.len() + self.tight.as_ref().map_or(0, |tight| 1 + tight.passes.len())
     }
 }
 
 /// Where the bitonic top-k keeps its intermediate results in a workspace: two ping-pong
-/// buffers of candidates (keys and indices), the sample's top k, and the counters of the
-/// main passes' appended results (one set for the first main chain, one for the safe
-/// chain). One function sizes and carves it, so the two cannot disagree.
+/// buffers of candidates (keys and indices), the sample's top k, the filter's output, and
+/// the counters of appended results ([`BitonicPlan::counters`]). One function sizes and
+/// carves it, so the two cannot disagree.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct BitonicWorkspace {
     keys: [usize; 2],
     indices: [usize; 2],
     sample_keys: usize,
     sample_indices: usize,
+    filtered_keys: usize,
+    filtered_indices: usize,
     counters: usize,
     counters_bytes: usize,
     pub(super) bytes: usize,
@@ -154,9 +220,22 @@ impl BitonicWorkspace {
         let indices = [carver.region(most * 8), carver.region(most * 8)];
         let sample_keys = carver.region(k as usize * key_bytes);
         let sample_indices = carver.region(k as usize * 8);
-        let counters_bytes = 2 * plan.main.len() * 8;
+        let room = plan.tight.as_ref().map_or(0, |tight| tight.room as usize);
+        let filtered_keys = carver.region(room * key_bytes);
+        let filtered_indices = carver.region(room * 8);
+        let counters_bytes = plan.counters() * 8;
         let counters = carver.region(counters_bytes);
-        Self { keys, indices, sample_keys, sample_indices, counters, counters_bytes, bytes: carver.bytes() }
+        Self {
+            keys,
+            indices,
+            sample_keys,
+            sample_indices,
+            filtered_keys,
+            filtered_indices,
+            counters,
+            counters_bytes,
+            bytes: carver.bytes(),
+        }
     }
 }
 
@@ -172,37 +251,19 @@ impl Gpu {
     ) -> Result<()> {
         let layout = BitonicWorkspace::new(plan, k, size_of::<K>());
         let at = |offset: usize| workspace_base + offset as u64;
-        let (kernel, shared_bytes): (KernelId<TopKParams<K>>, usize) = match registers_for_k(k) {
-            1 => (K::TOPK_BITONIC_Q1, TopKLayout::<K::Bits>::new(1).bytes),
-            2 => (K::TOPK_BITONIC_Q2, TopKLayout::<K::Bits>::new(2).bytes),
-            4 => (K::TOPK_BITONIC_Q4, TopKLayout::<K::Bits>::new(4).bytes),
-            8 => (K::TOPK_BITONIC_Q8, TopKLayout::<K::Bits>::new(8).bytes),
-            16 => (K::TOPK_BITONIC_Q16, TopKLayout::<K::Bits>::new(16).bytes),
-            _ => (K::TOPK_BITONIC_Q32, TopKLayout::<K::Bits>::new(32).bytes),
-        };
-        // A chain's last pass writes `final_keys`/`final_indices`; the others ping-pong
-        // through the workspace. `prune` is the bound's key and index; `skip_unless_padding`
-        // the index whose being real makes every block of the chain leave at once;
-        // `counters`, when given, the (zeroed) counters through which each pass appends
-        // only its real results and the next reads only those.
-        let run_chain = |passes: &[Pass],
-                         prune: Option<(u64, u64)>,
-                         skip_unless_padding: GlobalPtr<u64>,
-                         counters: Option<u64>,
-                         final_keys: u64,
-                         final_indices: u64| {
+        // A chain's first pass reads `input` (the data, or the filter's output with its
+        // count) and its last writes `output`; the others ping-pong through the workspace.
+        let run_chain = |chain: Chain<K>, output: (u64, u64)| {
+            let (kernel, shared_bytes) = bitonic_kernel::<K>(chain.k);
             let counter = |i: usize| {
-                counters.map_or(GlobalPtr::null(), |base| GlobalPtr::from_address(base + i as u64 * 8))
+                chain.counters.map_or(GlobalPtr::null(), |base| GlobalPtr::from_address(base + i as u64 * 8))
             };
-            let mut keys_in = data.global_ptr();
-            let mut indices_in = GlobalPtr::null();
-            for (i, pass) in passes.iter().enumerate() {
-                let (keys_out, indices_out) = if i + 1 == passes.len() {
-                    (final_keys, final_indices)
-                } else {
-                    (at(layout.keys[i % 2]), at(layout.indices[i % 2]))
-                };
-                let (prune_key, prune_index) = match (i, prune) {
+            let (mut keys_in, mut indices_in) = (chain.input.keys, chain.input.indices);
+            for (i, pass) in chain.passes.iter().enumerate() {
+                let last = i + 1 == chain.passes.len();
+                let (keys_out, indices_out) =
+                    if last { output } else { (at(layout.keys[i % 2]), at(layout.indices[i % 2])) };
+                let (prune_key, prune_index) = match (i, chain.prune) {
                     (0, Some((key, index))) => (GlobalPtr::from_address(key), GlobalPtr::from_address(index)),
                     _ => (GlobalPtr::null(), GlobalPtr::null()),
                 };
@@ -218,10 +279,10 @@ impl Gpu {
                     first_tile: pass.first_tile,
                     prune_key,
                     prune_index,
-                    skip_unless_padding,
-                    in_count: if i == 0 { GlobalPtr::null() } else { counter(i - 1) },
-                    out_count: if i + 1 == passes.len() { GlobalPtr::null() } else { counter(i) },
-                    k,
+                    skip_unless_padding: chain.skip_unless_padding,
+                    in_count: if i == 0 { chain.input.count } else { counter(i - 1) },
+                    out_count: if last { GlobalPtr::null() } else { counter(i) },
+                    k: chain.k,
                     order: order.to_raw(),
                 };
                 let shape = LaunchShape { grid: (pass.blocks, 1), block_threads: TOPK_THREADS, shared_bytes };
@@ -231,51 +292,127 @@ impl Gpu {
             }
             Ok::<(), Error>(())
         };
-        let (out_keys, out_indices) = (out.values.global_ptr().address(), out.indices.global_ptr().address());
+        let the_data =
+            ChainInput { keys: data.global_ptr(), indices: GlobalPtr::null(), count: GlobalPtr::null() };
+        let out_pairs = (out.values.global_ptr().address(), out.indices.global_ptr().address());
+        let sample_pairs = (at(layout.sample_keys), at(layout.sample_indices));
         self.clear_on_device(at(layout.counters), layout.counters_bytes)?;
         let main_counters = Some(at(layout.counters));
-        let safe_counters = Some(at(layout.counters) + plan.main.len() as u64 * 8);
+        let unsampled = Chain::over(&plan.main, k, the_data).counted(main_counters);
         let Some(sample) = &plan.sample else {
-            return run_chain(&plan.main, None, GlobalPtr::null(), main_counters, out_keys, out_indices);
+            return run_chain(unsampled, out_pairs);
         };
-        // The sample's passes see no pruning, so their blocks' results are all real.
-        run_chain(sample, None, GlobalPtr::null(), None, at(layout.sample_keys), at(layout.sample_indices))?;
         // The sample's best of rank r, as a bound: its key and its index.
         let sample_bound = |rank: u32| {
-            (
-                at(layout.sample_keys) + rank as u64 * size_of::<K>() as u64,
-                at(layout.sample_indices) + rank as u64 * 8,
-            )
+            (sample_pairs.0 + rank as u64 * size_of::<K>() as u64, sample_pairs.1 + rank as u64 * 8)
         };
-        // The sample's k-th best: at least k inputs (the sample's k best) lie inside it.
-        let safe_bound = sample_bound(k - 1);
-        match plan.tight_rank {
-            None => run_chain(
-                &plan.main,
-                Some(safe_bound),
-                GlobalPtr::null(),
-                main_counters,
-                out_keys,
-                out_indices,
-            ),
-            Some(rank) => {
-                let tight_bound = sample_bound(rank);
-                run_chain(
-                    &plan.main,
-                    Some(tight_bound),
-                    GlobalPtr::null(),
-                    main_counters,
-                    out_keys,
-                    out_indices,
-                )?;
-                // The result's k-th index is padding exactly when fewer than k inputs lay
-                // inside the tight bound; only then do the safe chain's blocks do anything.
-                let kth_index = GlobalPtr::from_address(out_indices + (k as u64 - 1) * 8);
-                run_chain(&plan.main, Some(safe_bound), kth_index, safe_counters, out_keys, out_indices)
-            }
+        // The sample's passes see no pruning, so their blocks' results are all real. Its
+        // k-th best is safe: at least k inputs (the sample's k best) lie inside it.
+        let sample_chain = Chain::over(sample, k, the_data);
+        let main_chain = unsampled.pruned(sample_bound(k - 1));
+        let Some(tight) = &plan.tight else {
+            run_chain(sample_chain, sample_pairs)?;
+            return run_chain(main_chain, out_pairs);
+        };
+        if tight.sample.is_empty() {
+            run_chain(sample_chain, sample_pairs)?;
+        } else {
+            run_chain(Chain::over(&tight.sample, tight.rank + 1, the_data), sample_pairs)?;
         }
+        // The filter appends the inputs inside the tight bound; its chain reduces them.
+        let filter_count = at(layout.counters) + plan.main.len() as u64 * 8;
+        let (bound_key, bound_index) = sample_bound(tight.rank);
+        let filter = FilterParams {
+            keys: data.global_ptr(),
+            len: data.len() as u64,
+            bound_key: GlobalPtr::from_address(bound_key),
+            bound_index: GlobalPtr::from_address(bound_index),
+            keys_out: GlobalPtr::from_address(at(layout.filtered_keys)),
+            indices_out: GlobalPtr::from_address(at(layout.filtered_indices)),
+            count: GlobalPtr::from_address(filter_count),
+            capacity: tight.room,
+            order: order.to_raw(),
+        };
+        let shape =
+            LaunchShape { grid: (tight.filter_blocks, 1), block_threads: FILTER_THREADS, shared_bytes: 0 };
+        self.launch(K::TOPK_BITONIC_FILTER, shape, filter)?;
+        let filtered = ChainInput {
+            keys: GlobalPtr::from_address(at(layout.filtered_keys)),
+            indices: GlobalPtr::from_address(at(layout.filtered_indices)),
+            count: GlobalPtr::from_address(filter_count),
+        };
+        run_chain(Chain::over(&tight.passes, k, filtered).counted(Some(filter_count + 8)), out_pairs)?;
+        // The result's k-th index is padding exactly when fewer than k inputs lay inside
+        // the tight bound (or more than the filter had room for); only then do the blocks of
+        // the safe chains (the sample's k best, then the main chain) do anything.
+        let kth_index = GlobalPtr::from_address(out_pairs.1 + (k as u64 - 1) * 8);
+        if !tight.sample.is_empty() {
+            run_chain(sample_chain.gated_by(kth_index), sample_pairs)?;
+        }
+        run_chain(main_chain.gated_by(kth_index), out_pairs)
     }
 }
+
+/// The kernel that keeps the best `k` (its `Q`) and its shared memory bytes.
+fn bitonic_kernel<K: SelectKey>(k: u32) -> (KernelId<TopKParams<K>>, usize) {
+    match registers_for_k(k) {
+        1 => (K::TOPK_BITONIC_Q1, TopKLayout::<K::Bits>::new(1).bytes),
+        2 => (K::TOPK_BITONIC_Q2, TopKLayout::<K::Bits>::new(2).bytes),
+        4 => (K::TOPK_BITONIC_Q4, TopKLayout::<K::Bits>::new(4).bytes),
+        8 => (K::TOPK_BITONIC_Q8, TopKLayout::<K::Bits>::new(8).bytes),
+        16 => (K::TOPK_BITONIC_Q16, TopKLayout::<K::Bits>::new(16).bytes),
+        _ => (K::TOPK_BITONIC_Q32, TopKLayout::<K::Bits>::new(32).bytes),
+    }
+}
+
+/// One chain of reduction passes as it runs: its passes, the `k` it keeps, what its first
+/// pass reads, the bound (key and index addresses) that prunes its first pass, the index
+/// whose being real makes every block of the chain leave at once (null: never), and the
+/// zeroed counters through which each pass appends only its real results and the next
+/// reads only those (none: every block writes `k`).
+#[derive(Clone, Copy)]
+struct Chain<'a, K> {
+    passes: &'a [Pass],
+    k: u32,
+    input: ChainInput<K>,
+    prune: Option<(u64, u64)>,
+    skip_unless_padding: GlobalPtr<u64>,
+    counters: Option<u64>,
+}
+
+impl<'a, K> Chain<'a, K> {
+    fn over(passes: &'a [Pass], k: u32, input: ChainInput<K>) -> Self {
+        Self { passes, k, input, prune: None, skip_unless_padding: GlobalPtr::null(), counters: None }
+    }
+
+    fn counted(self, counters: Option<u64>) -> Self {
+        Self { counters, ..self }
+    }
+
+    fn pruned(self, bound: (u64, u64)) -> Self {
+        Self { prune: Some(bound), ..self }
+    }
+
+    fn gated_by(self, kth_index: GlobalPtr<u64>) -> Self {
+        Self { skip_unless_padding: kth_index, ..self }
+    }
+}
+
+/// What a chain's first pass reads: keys, their indices in the data (null: their
+/// positions), and how many there are (null: all the pass's inputs).
+struct ChainInput<K> {
+    keys: GlobalPtr<K>,
+    indices: GlobalPtr<u64>,
+    count: GlobalPtr<u64>,
+}
+
+// Manual: a derive would ask `K: Copy`, and the pointers are Copy for every `K`.
+impl<K> Clone for ChainInput<K> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<K> Copy for ChainInput<K> {}
 
 #[cfg(test)]
 mod tests {
@@ -294,7 +431,12 @@ mod tests {
             (1 << 21, 7),
         ] {
             let plan = BitonicPlan::new(n, k, 132);
-            for chain in plan.sample.iter().chain(std::iter::once(&plan.main)) {
+            for chain in plan
+                .sample
+                .iter()
+                .chain(std::iter::once(&plan.main))
+                .chain(plan.tight.iter().map(|t| &t.passes))
+            {
                 assert_eq!(chain.last().unwrap().blocks, 1, "{n} {k}");
                 assert!(chain.len() <= 4, "{n} {k}: {chain:?}");
                 for pass in chain {
@@ -328,9 +470,20 @@ mod tests {
             }
         }
         // Without a sample there is no tight bound.
-        assert_eq!(BitonicPlan::new(1 << 19, 256, 132).tight_rank, None);
+        assert_eq!(BitonicPlan::new(1 << 19, 256, 132).tight, None);
         if tight_bound_enabled() {
-            assert_eq!(BitonicPlan::new(1 << 28, 256, 132).tight_rank, Some(11));
+            let tight = BitonicPlan::new(1 << 28, 256, 132).tight.unwrap();
+            assert_eq!(tight.rank, 11);
+            // Room for the expected 1 536 inputs inside many times over, and for the about
+            // 131 072 of sorted or all-equal inputs (a stride of sample tiles).
+            assert_eq!(tight.room, 1 << 22);
+            assert_eq!(tight.passes.last().unwrap().blocks, 1);
+            // The tight plan has its own sample chain (keeping only the best 12).
+            assert_eq!(tight.sample.last().map(|pass| pass.blocks), Some(1));
+            // Without a tight rank (k = 1) the bound is the sample's k-th best, from the safe
+            // sample chain itself.
+            let tight = BitonicPlan::new(1 << 28, 1, 132).tight.unwrap();
+            assert_eq!((tight.rank, tight.sample.len()), (0, 0));
         }
     }
 
@@ -345,11 +498,13 @@ mod tests {
             layout.indices[1],
             layout.sample_keys,
             layout.sample_indices,
+            layout.filtered_keys,
+            layout.filtered_indices,
             layout.counters,
         ];
         starts.sort_unstable();
         assert!(starts.iter().all(|start| start % WORKSPACE_ALIGN == 0));
         assert!(starts.windows(2).all(|pair| pair[0] < pair[1]));
-        assert!(layout.bytes >= layout.counters + layout.counters_bytes && layout.counters == starts[6]);
+        assert!(layout.bytes >= layout.counters + layout.counters_bytes && layout.counters == starts[8]);
     }
 }

@@ -15,8 +15,8 @@
 //! 2^30 along the last segment; below 2^20, where no sample is taken, the 2^20 time is an
 //! upper bound).
 //!
-//! The constants come from the top-k sweep of H100 run 46
-//! (`docs/results/raw/2026-11-23-h100-run46-topk-sweep.csv`, reproduced by
+//! The constants come from the top-k sweep of H100 run 52
+//! (`docs/results/raw/2026-11-23-h100-run52-topk-sweep.csv`, reproduced by
 //! `docs/results/fit_topk_cost.py`); `auto_stays_near_the_best_of_the_sweep` checks Auto's
 //! choices against it. `cargo xtask bench` prints each prediction beside the measurement.
 
@@ -36,23 +36,23 @@ struct Line {
 
 /// log2 of the sizes of the bitonic table's columns.
 const BITONIC_LOG_N: [u32; 6] = [20, 22, 24, 26, 28, 30];
-/// Bitonic top-k, ms on uniform f32 keys (H100 run 46), by kernel: k = 1, then `k ≤ 32·q`
+/// Bitonic top-k, ms on uniform f32 keys (H100 run 52), by kernel: k = 1, then `k ≤ 32·q`
 /// for q = 1, 2, 4, 8, 16, 32 (measured at k = 32, 100, 256, 512 and 1000/1024; q = 2 is
 /// the mean of its neighbours), and by size ([`BITONIC_LOG_N`]).
 const BITONIC_MS: [[f64; 6]; 7] = [
-    [0.0416, 0.0657, 0.0783, 0.1719, 0.5855, 2.1701],
-    [0.0535, 0.0804, 0.1120, 0.2496, 0.6842, 2.3098],
-    [0.0701, 0.0944, 0.1466, 0.3019, 0.7374, 2.3544],
-    [0.0868, 0.1084, 0.1813, 0.3541, 0.7907, 2.3991],
-    [0.1090, 0.1654, 0.2899, 0.4817, 0.9521, 2.5992],
-    [0.1189, 0.2104, 0.3687, 0.5898, 1.1119, 2.8899],
-    [0.1566, 0.3128, 0.4875, 0.8301, 1.3229, 3.0483],
+    [0.0424, 0.0562, 0.0759, 0.1544, 0.4697, 1.6938],
+    [0.0499, 0.0653, 0.0868, 0.1628, 0.4914, 1.7545],
+    [0.0529, 0.0693, 0.0911, 0.1707, 0.5014, 1.7677],
+    [0.0559, 0.0732, 0.0953, 0.1787, 0.5114, 1.7808],
+    [0.0629, 0.0812, 0.1083, 0.1938, 0.5335, 1.8020],
+    [0.0605, 0.0811, 0.1096, 0.2102, 0.5431, 1.8042],
+    [0.0793, 0.0874, 0.1211, 0.2237, 0.5643, 1.8467],
 ];
 /// Radix select, any `k`, 32-bit keys (count, then two filters over the data for uniform
 /// floats); 64-bit keys run twice the levels.
-const RADIX: Line = Line { fixed_ms: 0.0717, per_input_ns: 9.51e-3, reads: 3.0 };
+const RADIX: Line = Line { fixed_ms: 0.0731, per_input_ns: 9.41e-3, reads: 3.0 };
 /// SampleSelect top-k, any `k` (a count and an oracle-driven filter per level).
-const SAMPLE_SELECT: Line = Line { fixed_ms: 0.1348, per_input_ns: 7.02e-3, reads: 1.25 };
+const SAMPLE_SELECT: Line = Line { fixed_ms: 0.1372, per_input_ns: 6.98e-3, reads: 1.25 };
 /// The block sort of at most 2048 keys: one launch.
 const BLOCK_SORT: Line = Line { fixed_ms: 0.012, per_input_ns: 0.0, reads: 1.0 };
 
@@ -134,8 +134,8 @@ mod tests {
 
     const H100: Device = Device { multiprocessors: 132, read_bytes_per_s: 3.04e12 };
 
-    /// H100 run 46: the top-k sweep the constants come from.
-    const SWEEP: &str = include_str!("../../../docs/results/raw/2026-11-23-h100-run46-topk-sweep.csv");
+    /// H100 run 52: the top-k sweep the constants come from.
+    const SWEEP: &str = include_str!("../../../docs/results/raw/2026-11-23-h100-run52-topk-sweep.csv");
 
     /// (n, k) → algorithm → measured ms, from the sweep.
     fn sweep() -> std::collections::BTreeMap<(u64, u64), Vec<(String, f64)>> {
@@ -223,7 +223,8 @@ mod tests {
         assert_eq!(cheapest(1 << 28, 32, 4, H100), Algorithm::Bitonic);
         assert_eq!(cheapest(1 << 28, 1024, 4, H100), Algorithm::Bitonic);
         assert_eq!(cheapest(1 << 28, 262_144, 4, H100), Algorithm::SampleSelect);
-        assert_eq!(cheapest(1 << 20, 1024, 4, H100), Algorithm::RadixSelect);
+        assert_eq!(cheapest(1 << 20, 1024, 4, H100), Algorithm::Bitonic);
+        assert_eq!(cheapest(1 << 26, 1024, 4, H100), Algorithm::Bitonic);
         assert_eq!(cheapest(1 << 33, 8, 4, H100), Algorithm::SampleSelect);
         assert!(predict_ms(Algorithm::Bitonic, 1 << 20, 1025, 4, H100).is_none());
         assert!(predict_ms(Algorithm::BlockSort, 2049, 1, 4, H100).is_none());
