@@ -46,7 +46,7 @@ fn every_table_kernel_is_exported_with_the_host_parameter_size() {
     use gpu_select_kernels::params::BlockSortParams;
     use gpu_select_kernels::probe::ProbeParams;
     use gpu_select_kernels::select::sample::SampleParams;
-    use gpu_select_kernels::topk::bitonic::TopKParams;
+    use gpu_select_kernels::topk::bitonic::{FilterParams, TopKParams};
     use gpu_select_kernels::topk::radix::RadixParams;
     use gpu_select_kernels::topk::rows::RowsParams;
     for (arch, ptx) in [("sm_80", PTX_SM80), ("sm_90", PTX_SM90)] {
@@ -55,6 +55,7 @@ fn every_table_kernel_is_exported_with_the_host_parameter_size() {
             let body = entry_body(ptx, name);
             let size = match name {
                 _ if name.starts_with("block_sort_") => size_of::<BlockSortParams<f32>>(),
+                _ if name.starts_with("topk_bitonic_filter_") => size_of::<FilterParams<f32>>(),
                 _ if name.starts_with("topk_bitonic_") => size_of::<TopKParams<f32>>(),
                 _ if name.starts_with("radix_") => size_of::<RadixParams<f32>>(),
                 _ if name.starts_with("sample_select_") => size_of::<SampleParams<f32>>(),
