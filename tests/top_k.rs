@@ -184,6 +184,21 @@ fn pruned_passes_agree_with_the_oracle() {
     }
 }
 
+/// Uniform keys of `n` (seed `seed`) with `shift` added to every key of the tiles the bitonic
+/// top-k samples (one per stride of full_tiles / (full_tiles / 128) tiles, in the middle of
+/// each: the plan of host/src/topk/bitonic.rs).
+fn with_sampled_tiles_shifted(n: usize, seed: u64, shift: f32) -> Vec<f32> {
+    let full_tiles = n / 2048;
+    let stride = full_tiles / (full_tiles / 128);
+    let mut data = generate::<f32>(n, Distribution::Uniform, seed);
+    for (i, key) in data.iter_mut().enumerate() {
+        if (i / 2048) % stride == stride / 2 {
+            *key += shift;
+        }
+    }
+    data
+}
+
 #[test]
 fn a_sample_unlike_the_data_falls_back_to_the_safe_bound() {
     // The bitonic top-k first prunes with a bound tighter than the sample's k-th best; when
@@ -193,15 +208,7 @@ fn a_sample_unlike_the_data_falls_back_to_the_safe_bound() {
     // sample's 9th best at this size) lets only 9 inputs through: a result without the
     // safe chain would end in padding.
     let gpu = common::gpu();
-    let n = (1usize << 20) + 12_345;
-    let full_tiles = n / 2048;
-    let stride = full_tiles / (full_tiles / 128);
-    let mut data = generate::<f32>(n, Distribution::Uniform, 5);
-    for (i, key) in data.iter_mut().enumerate() {
-        if (i / 2048) % stride == stride / 2 {
-            *key += 10.0;
-        }
-    }
+    let data = with_sampled_tiles_shifted((1 << 20) + 12_345, 5, 10.0);
     for k in [100, 1000] {
         let options = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::Bitonic);
         check(&gpu, &data, k, options, &format!("sample unlike the data, k={k}"));
@@ -216,15 +223,7 @@ fn a_bound_that_lets_too_many_through_falls_back_to_the_safe_bound() {
     // run. Here the sampled tiles (as in the test above) hold keys below all others (the
     // uniform keys lie in ±1000), so every other input lies inside the sample's 9th best.
     let gpu = common::gpu();
-    let n = (1usize << 20) + 12_345;
-    let full_tiles = n / 2048;
-    let stride = full_tiles / (full_tiles / 128);
-    let mut data = generate::<f32>(n, Distribution::Uniform, 6);
-    for (i, key) in data.iter_mut().enumerate() {
-        if (i / 2048) % stride == stride / 2 {
-            *key -= 3000.0;
-        }
-    }
+    let data = with_sampled_tiles_shifted((1 << 20) + 12_345, 6, -3000.0);
     for k in [32, 1000] {
         let options = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::Bitonic);
         check(&gpu, &data, k, options, &format!("too many inside the bound, k={k}"));
