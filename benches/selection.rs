@@ -132,6 +132,7 @@ fn bench_top_k<K: SelectKey>(
         Algorithm::RadixSelect => "radix",
         Algorithm::BlockSort => "block-sort",
         Algorithm::SampleSelect => "sample",
+        Algorithm::PerThreadHeap => "heap",
         _ => "auto",
     };
     let sorted = if options.sorted { "" } else { " unsorted" };
@@ -550,6 +551,7 @@ fn top_k_sweep(gpu: &Gpu) {
         ("bitonic", Algorithm::Bitonic),
         ("radix", Algorithm::RadixSelect),
         ("sample", Algorithm::SampleSelect),
+        ("heap", Algorithm::PerThreadHeap),
     ];
     for log_n in TOP_K_SWEEP_LOG_N {
         let n = 1usize << log_n;
@@ -727,8 +729,9 @@ fn main() {
     let sizes: &[u32] = if section_enabled("sizes") { &[20, 24, 28] } else { &[] };
     let bitonic = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::Bitonic);
     let radix = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::RadixSelect);
+    let heap = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::PerThreadHeap);
     let auto = TopKOptions::new(Order::Largest);
-    let total = sizes.len() * 16 + 3 + 9;
+    let total = sizes.len() * 18 + 3 + 9;
     let mut step = 0;
     for &log_n in sizes {
         let n = 1usize << log_n;
@@ -759,6 +762,8 @@ fn main() {
             (32, radix),
             (256, radix),
             (1024, radix),
+            (32, heap),
+            (256, heap),
         ];
         // Auto, against the best of the above: the cost model's choice.
         top_k_cases.extend([(1, auto), (32, auto), (256, auto), (1024, auto)]);

@@ -47,6 +47,7 @@ fn every_table_kernel_is_exported_with_the_host_parameter_size() {
     use gpu_select_kernels::probe::ProbeParams;
     use gpu_select_kernels::select::sample::SampleParams;
     use gpu_select_kernels::topk::bitonic::{FilterParams, TopKParams};
+    use gpu_select_kernels::topk::heap::HeapParams;
     use gpu_select_kernels::topk::radix::RadixParams;
     use gpu_select_kernels::topk::rows::RowsParams;
     for (arch, ptx) in [("sm_80", PTX_SM80), ("sm_90", PTX_SM90)] {
@@ -57,6 +58,7 @@ fn every_table_kernel_is_exported_with_the_host_parameter_size() {
                 _ if name.starts_with("block_sort_") => size_of::<BlockSortParams<f32>>(),
                 _ if name.starts_with("topk_bitonic_filter_") => size_of::<FilterParams<f32>>(),
                 _ if name.starts_with("topk_bitonic_") => size_of::<TopKParams<f32>>(),
+                _ if name.starts_with("topk_heap_") => size_of::<HeapParams<f32>>(),
                 _ if name.starts_with("radix_") => size_of::<RadixParams<f32>>(),
                 _ if name.starts_with("sample_select_") => size_of::<SampleParams<f32>>(),
                 _ if name.starts_with("merge_runs_") => size_of::<MergeParams<f32>>(),

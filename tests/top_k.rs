@@ -69,6 +69,10 @@ fn check_all<K: TestKey>() {
                 let sample = TopKOptions::new(order).with_algorithm(Algorithm::SampleSelect);
                 check(&gpu, &data, k, sample.with_sorted(false), &format!("{context} sample unsorted"));
                 check(&gpu, &data, k, sample, &format!("{context} sample sorted"));
+                if k <= 512 {
+                    let heap = TopKOptions::new(order).with_algorithm(Algorithm::PerThreadHeap);
+                    check(&gpu, &data, k, heap, &format!("{context} per-thread heap"));
+                }
             }
         }
     }
@@ -126,6 +130,36 @@ fn bitonic_for_every_queue_size_and_small_inputs() {
             for order in [Order::Smallest, Order::Largest] {
                 let options = TopKOptions::new(order).with_algorithm(Algorithm::Bitonic);
                 check(&gpu, &data, k, options, &format!("bitonic n={n} k={k} {distribution:?} {order:?}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn per_thread_heaps_for_every_reduction_kernel_and_64_bit_keys() {
+    // k across the reduction's kernels (≤ 32, 64, 256 in registers; 512 in shared memory),
+    // heaps of one slot and of 512, threads that read fewer than k inputs, and 64-bit keys
+    // (the widest heaps: 12 bytes a slot).
+    let gpu = common::gpu();
+    for (n, k) in [(1, 1), (40, 33), (300, 64), (3000, 1), (3000, 256), (9000, 257), (5000, 512)] {
+        for &distribution in &[Distribution::Uniform, Distribution::Specials, Distribution::AllEqual] {
+            for order in [Order::Smallest, Order::Largest] {
+                let options = TopKOptions::new(order).with_algorithm(Algorithm::PerThreadHeap);
+                let context = format!("heap n={n} k={k} {distribution:?} {order:?}");
+                check(
+                    &gpu,
+                    &generate::<f32>(n, distribution, n as u64),
+                    k,
+                    options,
+                    &format!("{context} f32"),
+                );
+                check(
+                    &gpu,
+                    &generate::<u64>(n, distribution, n as u64),
+                    k,
+                    options,
+                    &format!("{context} u64"),
+                );
             }
         }
     }
@@ -241,6 +275,7 @@ fn algorithms_agree_with_each_other() {
                 Algorithm::BlockSort,
                 Algorithm::RadixSelect,
                 Algorithm::SampleSelect,
+                Algorithm::PerThreadHeap,
                 Algorithm::Auto,
             ]
             .into_iter()
@@ -335,6 +370,9 @@ fn bad_input_gives_clear_errors() {
     assert!(error.contains("k ≤ 1024"), "{error}");
     let options = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::BlockSort);
     assert!(message(gpu.top_k_with(&big, 3, &options)).contains("at most 2048"));
+    let heap = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::PerThreadHeap);
+    let error = message(gpu.top_k_with(&big, 513, &heap));
+    assert!(error.contains("k ≤ 512"), "{error}");
 }
 
 #[test]
@@ -351,7 +389,13 @@ fn inputs_above_2_pow_31_on_a_gpu() {
     data[(1 << 31) + 1] = 2.0;
     data[12] = 1.0;
     let device_data = gpu.upload(&data).unwrap();
-    for algorithm in [Algorithm::Auto, Algorithm::Bitonic, Algorithm::RadixSelect, Algorithm::SampleSelect] {
+    for algorithm in [
+        Algorithm::Auto,
+        Algorithm::Bitonic,
+        Algorithm::RadixSelect,
+        Algorithm::SampleSelect,
+        Algorithm::PerThreadHeap,
+    ] {
         let options = TopKOptions::new(Order::Largest).with_algorithm(algorithm);
         let top = gpu.top_k_with(&device_data, 3, &options).unwrap();
         assert_eq!(gpu.download(&top.values).unwrap(), [3.0, 2.0, 1.0], "{algorithm:?}");

@@ -19,6 +19,7 @@ use crate::topk::bitonic::{
     FilterParams, TopKParams, filter_inside, reduce_q1, reduce_q2, reduce_q4, reduce_q8, reduce_q16,
     reduce_q32,
 };
+use crate::topk::heap::{HeapParams, select_per_thread};
 use crate::topk::radix::{
     RadixParams, choose as radix_choose_body, count as radix_count_body, filter as radix_filter_body,
 };
@@ -69,6 +70,8 @@ pub trait KernelKey: Key {
     const TOPK_BITONIC_Q32: KernelId<TopKParams<Self>>;
     /// Bitonic top-k: the inputs inside a tight bound, appended for a reduction chain.
     const TOPK_BITONIC_FILTER: KernelId<FilterParams<Self>>;
+    /// Per-thread top-k: each thread's best `k` in a heap in shared memory.
+    const TOPK_HEAP: KernelId<HeapParams<Self>>;
     /// Radix-select top-k: histogram of one level's digit.
     const RADIX_COUNT: KernelId<RadixParams<Self>>;
     /// Radix-select top-k: the target digit and the blocks' offsets of one level.
@@ -125,6 +128,7 @@ crate::__kernel_table! {
         TOPK_BITONIC_Q16 = topk_bitonic_q16(TopKParams) => reduce_q16;
         TOPK_BITONIC_Q32 = topk_bitonic_q32(TopKParams) => reduce_q32;
         TOPK_BITONIC_FILTER = topk_bitonic_filter(FilterParams) => filter_inside;
+        TOPK_HEAP = topk_heap(HeapParams) => select_per_thread;
         ROWS_Q1 = top_k_rows_q1(RowsParams) => select_rows_q1;
         ROWS_Q2 = top_k_rows_q2(RowsParams) => select_rows_q2;
         ROWS_Q4 = top_k_rows_q4(RowsParams) => select_rows_q4;

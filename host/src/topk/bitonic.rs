@@ -3,14 +3,15 @@
 use gpu_select_kernels::entry::KernelId;
 use gpu_select_kernels::params::GlobalPtr;
 use gpu_select_kernels::topk::bitonic::{
-    FILTER_THREADS, FilterParams, TOPK_THREADS, TOPK_TILE, TopKLayout, TopKParams, registers_for_k,
+    FILTER_THREADS, FilterParams, MAX_REGISTER_K, TOPK_THREADS, TOPK_TILE, TopKLayout, TopKParams,
+    registers_for_k,
 };
 
 #[cfg(test)]
 use super::WORKSPACE_ALIGN;
 use super::{TopK, WorkspaceCarver};
 use crate::buffer::DeviceBuffer;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::gpu::{Gpu, LaunchShape};
 use crate::{Order, SelectKey};
 
@@ -69,14 +70,14 @@ fn tight_bound_enabled() -> bool {
 
 /// One reduction pass of the bitonic top-k.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Pass {
+pub(super) struct Pass {
     /// Inputs the pass may read (the data, or the previous pass's candidates).
     inputs: u64,
     /// Tiles of 2048 it reduces, `tile_stride` tiles apart from `first_tile` on.
     tiles: u64,
     tile_stride: u64,
     first_tile: u64,
-    blocks: u32,
+    pub(super) blocks: u32,
 }
 
 fn most_blocks(multiprocessors: u32) -> u64 {
@@ -86,7 +87,15 @@ fn most_blocks(multiprocessors: u32) -> u64 {
 /// A chain of passes: the first over `tiles` tiles of the data (`tile_stride` apart from
 /// `first_tile` on), each next one over the previous pass's `blocks · k` candidates, until
 /// one block is left.
-fn chain(n: u64, tiles: u64, tile_stride: u64, first_tile: u64, k: u32, multiprocessors: u32) -> Vec<Pass> {
+fn chain(
+    n: u64,
+    tiles: u64,
+    tile_stride: u64,
+    first_tile: u64,
+    k: u32,
+    multiprocessors: u32,
+    last: LastPass,
+) -> Vec<Pass> {
     let first = Pass {
         inputs: n,
         tiles,
@@ -96,18 +105,48 @@ fn chain(n: u64, tiles: u64, tile_stride: u64, first_tile: u64, k: u32, multipro
     };
     let mut passes = vec![first];
     if first.blocks > 1 {
-        passes.extend(candidate_passes(first.blocks as u64 * k as u64, k, multiprocessors));
+        passes.extend(candidate_passes(first.blocks as u64 * k as u64, k, multiprocessors, last));
     }
     passes
 }
 
+/// Tiles the last block of a chain reduces at most, when [`LastPass::Split`]: a last pass
+/// over [`tiles_per_block_later`] full tiles reduces them one after another (8 whole-tile
+/// sorts took about 75 µs of 0.635 ms for sorted inputs at 2^28, k = 1024, run 52; the
+/// tight sample chain's 6 tiles took 40 µs at k = 1024, run 56), so one more pass splits
+/// them over blocks.
+const LAST_BLOCK_TILES: u64 = 2;
+
+/// Whether a chain's last block may be left with more than [`LAST_BLOCK_TILES`] tiles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum LastPass {
+    /// Split them over one more pass: for chains whose tiles are full (samples, heaps),
+    /// and for k above 256, where each tile is sorted whole in shared memory (about 24 µs).
+    Split,
+    /// Keep one pass: for counted chains with a register kernel, whose tiles are mostly
+    /// empty on most inputs, where the extra pass would cost a launch (2^20 keys, k ≤ 256:
+    /// 7 to 13 µs slower with it, run 58).
+    Keep,
+}
+
+impl LastPass {
+    /// [`LastPass::Split`] above [`MAX_REGISTER_K`], else `register_path`.
+    pub(super) fn for_k(k: u32, register_path: LastPass) -> Self {
+        if k > MAX_REGISTER_K { LastPass::Split } else { register_path }
+    }
+}
+
 /// Passes over at most `inputs` candidates (each block takes [`tiles_per_block_later`]
-/// tiles), each next one over the previous pass's `blocks · k`, until one block is left.
-fn candidate_passes(mut inputs: u64, k: u32, multiprocessors: u32) -> Vec<Pass> {
+/// tiles, the last at most [`LAST_BLOCK_TILES`] when `last` says so), each next one over
+/// the previous pass's `blocks · k`, until one block is left.
+pub(super) fn candidate_passes(mut inputs: u64, k: u32, multiprocessors: u32, last: LastPass) -> Vec<Pass> {
     let mut passes = Vec::new();
     loop {
         let tiles = inputs.div_ceil(TOPK_TILE);
-        let blocks = tiles.div_ceil(tiles_per_block_later()).min(most_blocks(multiprocessors)) as u32;
+        let mut blocks = tiles.div_ceil(tiles_per_block_later()).min(most_blocks(multiprocessors)) as u32;
+        if blocks == 1 && last == LastPass::Split && tiles > LAST_BLOCK_TILES {
+            blocks = tiles.div_ceil(LAST_BLOCK_TILES) as u32;
+        }
         passes.push(Pass { inputs, tiles, tile_stride: 1, first_tile: 0, blocks });
         if blocks == 1 {
             return passes;
@@ -163,7 +202,8 @@ impl BitonicPlan {
         let full_tiles = n / TOPK_TILE;
         let sample_tiles = full_tiles / SAMPLE_EVERY_TILES;
         let stride = full_tiles / sample_tiles.max(1);
-        let sample_chain = |k| chain(n, sample_tiles, stride, stride / 2, k, multiprocessors);
+        let sample_chain =
+            |k| chain(n, sample_tiles, stride, stride / 2, k, multiprocessors, LastPass::Split);
         let sampled = tiles >= SAMPLE_MIN_TILES;
         let tight = (sampled && tight_bound_enabled()).then(|| {
             let rank = tight_rank(k, (sample_tiles * TOPK_TILE) as f64 / n as f64).unwrap_or(k - 1);
@@ -173,11 +213,15 @@ impl BitonicPlan {
                 sample: if rank + 1 < k { sample_chain(rank + 1) } else { Vec::new() },
                 filter_blocks: tiles.min((multiprocessors * FILTER_BLOCKS_PER_SM) as u64) as u32,
                 room,
-                passes: candidate_passes(room, k, multiprocessors),
+                passes: candidate_passes(room, k, multiprocessors, LastPass::for_k(k, LastPass::Keep)),
             }
         });
         let sample = sampled.then(|| sample_chain(k));
-        Self { sample, main: chain(n, tiles, 1, 0, k, multiprocessors), tight }
+        Self {
+            sample,
+            main: chain(n, tiles, 1, 0, k, multiprocessors, LastPass::for_k(k, LastPass::Keep)),
+            tight,
+        }
     }
 
     fn passes(&self) -> impl Iterator<Item = &Pass> {
@@ -251,47 +295,9 @@ impl Gpu {
     ) -> Result<()> {
         let layout = BitonicWorkspace::new(plan, k, size_of::<K>());
         let at = |offset: usize| workspace_base + offset as u64;
-        // A chain's first pass reads `input` (the data, or the filter's output with its
-        // count) and its last writes `output`; the others ping-pong through the workspace.
-        let run_chain = |chain: Chain<K>, output: (u64, u64)| {
-            let (kernel, shared_bytes) = bitonic_kernel::<K>(chain.k);
-            let counter = |i: usize| {
-                chain.counters.map_or(GlobalPtr::null(), |base| GlobalPtr::from_address(base + i as u64 * 8))
-            };
-            let (mut keys_in, mut indices_in) = (chain.input.keys, chain.input.indices);
-            for (i, pass) in chain.passes.iter().enumerate() {
-                let last = i + 1 == chain.passes.len();
-                let (keys_out, indices_out) =
-                    if last { output } else { (at(layout.keys[i % 2]), at(layout.indices[i % 2])) };
-                let (prune_key, prune_index) = match (i, chain.prune) {
-                    (0, Some((key, index))) => (GlobalPtr::from_address(key), GlobalPtr::from_address(index)),
-                    _ => (GlobalPtr::null(), GlobalPtr::null()),
-                };
-                let params = TopKParams {
-                    keys_in,
-                    indices_in,
-                    original_keys: data.global_ptr(),
-                    keys_out: GlobalPtr::from_address(keys_out),
-                    indices_out: GlobalPtr::from_address(indices_out),
-                    len: pass.inputs,
-                    tiles: pass.tiles,
-                    tile_stride: pass.tile_stride,
-                    first_tile: pass.first_tile,
-                    prune_key,
-                    prune_index,
-                    skip_unless_padding: chain.skip_unless_padding,
-                    in_count: if i == 0 { chain.input.count } else { counter(i - 1) },
-                    out_count: if last { GlobalPtr::null() } else { counter(i) },
-                    k: chain.k,
-                    order: order.to_raw(),
-                };
-                let shape = LaunchShape { grid: (pass.blocks, 1), block_threads: TOPK_THREADS, shared_bytes };
-                self.launch(kernel, shape, params)?;
-                keys_in = GlobalPtr::from_address(keys_out);
-                indices_in = GlobalPtr::from_address(indices_out);
-            }
-            Ok::<(), Error>(())
-        };
+        let between = [0, 1].map(|i| (at(layout.keys[i]), at(layout.indices[i])));
+        let run_chain =
+            |chain: Chain<K>, output: (u64, u64)| self.run_chain(data, order, between, chain, output);
         let the_data =
             ChainInput { keys: data.global_ptr(), indices: GlobalPtr::null(), count: GlobalPtr::null() };
         let out_pairs = (out.values.global_ptr().address(), out.indices.global_ptr().address());
@@ -351,6 +357,55 @@ impl Gpu {
         }
         run_chain(main_chain.gated_by(kth_index), out_pairs)
     }
+
+    /// Queues the passes of `chain`: its first reads `chain.input` and its last writes
+    /// `output` (key and index addresses); the others ping-pong through `between`, each big
+    /// enough for the most candidates a pass of the chain writes.
+    pub(super) fn run_chain<K: SelectKey>(
+        &self,
+        data: &DeviceBuffer<K>,
+        order: Order,
+        between: [(u64, u64); 2],
+        chain: Chain<K>,
+        output: (u64, u64),
+    ) -> Result<()> {
+        let (kernel, shared_bytes) = bitonic_kernel::<K>(chain.k);
+        let counter = |i: usize| {
+            chain.counters.map_or(GlobalPtr::null(), |base| GlobalPtr::from_address(base + i as u64 * 8))
+        };
+        let (mut keys_in, mut indices_in) = (chain.input.keys, chain.input.indices);
+        for (i, pass) in chain.passes.iter().enumerate() {
+            let last = i + 1 == chain.passes.len();
+            let (keys_out, indices_out) = if last { output } else { between[i % 2] };
+            let (prune_key, prune_index) = match (i, chain.prune) {
+                (0, Some((key, index))) => (GlobalPtr::from_address(key), GlobalPtr::from_address(index)),
+                _ => (GlobalPtr::null(), GlobalPtr::null()),
+            };
+            let params = TopKParams {
+                keys_in,
+                indices_in,
+                original_keys: data.global_ptr(),
+                keys_out: GlobalPtr::from_address(keys_out),
+                indices_out: GlobalPtr::from_address(indices_out),
+                len: pass.inputs,
+                tiles: pass.tiles,
+                tile_stride: pass.tile_stride,
+                first_tile: pass.first_tile,
+                prune_key,
+                prune_index,
+                skip_unless_padding: chain.skip_unless_padding,
+                in_count: if i == 0 { chain.input.count } else { counter(i - 1) },
+                out_count: if last { GlobalPtr::null() } else { counter(i) },
+                k: chain.k,
+                order: order.to_raw(),
+            };
+            let shape = LaunchShape { grid: (pass.blocks, 1), block_threads: TOPK_THREADS, shared_bytes };
+            self.launch(kernel, shape, params)?;
+            keys_in = GlobalPtr::from_address(keys_out);
+            indices_in = GlobalPtr::from_address(indices_out);
+        }
+        Ok(())
+    }
 }
 
 /// The kernel that keeps the best `k` (its `Q`) and its shared memory bytes.
@@ -371,7 +426,7 @@ fn bitonic_kernel<K: SelectKey>(k: u32) -> (KernelId<TopKParams<K>>, usize) {
 /// zeroed counters through which each pass appends only its real results and the next
 /// reads only those (none: every block writes `k`).
 #[derive(Clone, Copy)]
-struct Chain<'a, K> {
+pub(super) struct Chain<'a, K> {
     passes: &'a [Pass],
     k: u32,
     input: ChainInput<K>,
@@ -381,7 +436,7 @@ struct Chain<'a, K> {
 }
 
 impl<'a, K> Chain<'a, K> {
-    fn over(passes: &'a [Pass], k: u32, input: ChainInput<K>) -> Self {
+    pub(super) fn over(passes: &'a [Pass], k: u32, input: ChainInput<K>) -> Self {
         Self { passes, k, input, prune: None, skip_unless_padding: GlobalPtr::null(), counters: None }
     }
 
@@ -400,10 +455,10 @@ impl<'a, K> Chain<'a, K> {
 
 /// What a chain's first pass reads: keys, their indices in the data (null: their
 /// positions), and how many there are (null: all the pass's inputs).
-struct ChainInput<K> {
-    keys: GlobalPtr<K>,
-    indices: GlobalPtr<u64>,
-    count: GlobalPtr<u64>,
+pub(super) struct ChainInput<K> {
+    pub(super) keys: GlobalPtr<K>,
+    pub(super) indices: GlobalPtr<u64>,
+    pub(super) count: GlobalPtr<u64>,
 }
 
 // Manual: a derive would ask `K: Copy`, and the pointers are Copy for every `K`.
@@ -438,6 +493,10 @@ mod tests {
                 .chain(plan.tight.iter().map(|t| &t.passes))
             {
                 assert_eq!(chain.last().unwrap().blocks, 1, "{n} {k}");
+                if k > MAX_REGISTER_K {
+                    // The last block sorts at most two whole tiles one after the other.
+                    assert!(chain.last().unwrap().tiles <= LAST_BLOCK_TILES, "{n} {k}: {chain:?}");
+                }
                 assert!(chain.len() <= 4, "{n} {k}: {chain:?}");
                 for pass in chain {
                     assert!(pass.blocks as u64 <= pass.tiles && pass.inputs >= k as u64, "{n} {k}: {pass:?}");

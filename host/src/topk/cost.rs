@@ -113,7 +113,8 @@ pub(crate) fn predict_ms(
             Line { fixed_ms: RADIX.fixed_ms * wide, ..RADIX }
         }
         Algorithm::SampleSelect => SAMPLE_SELECT,
-        Algorithm::Auto => return None,
+        // Not fitted: a baseline that `Auto` never picks.
+        Algorithm::PerThreadHeap | Algorithm::Auto => return None,
     };
     let compute_ms = line.per_input_ns * 1e-6 * n as f64 * scale;
     Some(line.fixed_ms + compute_ms.max(read_ms(line.reads)))

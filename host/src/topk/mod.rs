@@ -2,6 +2,7 @@
 
 mod bitonic;
 mod cost;
+mod heap;
 mod radix;
 mod rows;
 mod rows_cost;
@@ -9,8 +10,10 @@ mod sample;
 
 use gpu_select_kernels::params::GlobalPtr;
 use gpu_select_kernels::topk::bitonic::MAX_BITONIC_K;
+use gpu_select_kernels::topk::heap::MAX_HEAP_K;
 
 use self::bitonic::{BitonicPlan, BitonicWorkspace};
+use self::heap::{HeapPlan, HeapWorkspace};
 use self::radix::{RadixPlan, RadixWorkspace};
 pub use self::rows::{PADDING_INDEX, RowsAlgorithm};
 use self::sample::{SampleTopKPlan, SampleTopKWorkspace};
@@ -50,6 +53,13 @@ pub enum Algorithm {
     /// reads of the data (a count and an oracle-driven filter); repeated keys end it early
     /// (equality buckets). Any `k` and `n`.
     SampleSelect,
+    /// Per-thread top-k, the bitonic top-k paper's first baseline: every thread keeps the
+    /// best `k` of the inputs it reads in a heap in shared memory, then the bitonic top-k's
+    /// reduction passes reduce the heaps' contents. The heaps take `k · (key bytes + 4)`
+    /// bytes per thread, so only small `k` keep enough threads busy; it is here to be
+    /// measured against, and `Auto` does not pick it. `k ≤ 512` (with 64-bit keys, where a
+    /// warp's heaps fit the device's shared memory), `n < 2^32`.
+    PerThreadHeap,
 }
 
 impl Algorithm {
@@ -58,6 +68,7 @@ impl Algorithm {
     fn takes(self, n: u64, k: u64) -> bool {
         match self {
             Algorithm::Bitonic => k <= MAX_BITONIC_K as u64 && n < 1 << 32,
+            Algorithm::PerThreadHeap => k <= MAX_HEAP_K as u64 && n < 1 << 32,
             Algorithm::BlockSort => n <= crate::MAX_SMALL_SORT_LEN as u64,
             Algorithm::Auto | Algorithm::RadixSelect | Algorithm::SampleSelect => true,
         }
@@ -276,6 +287,7 @@ impl Gpu {
         match plan {
             Plan::Bitonic(plan) => self.run_bitonic(data, k as u32, options.order, &plan, base, out),
             Plan::BlockSort => self.run_block_sort(data, k, options.order, base, out),
+            Plan::Heap(plan) => self.run_heap(data, k as u32, options.order, &plan, base, out),
             Plan::Radix(plan) => self.run_radix(data, k, options.order, &plan, base, out),
             Plan::Sample(plan) => self.run_sample_top_k(data, k, options.order, &plan, base, out),
         }
@@ -396,6 +408,17 @@ impl Gpu {
                 Ok(Plan::Sample(SampleTopKPlan { select, sort_output: options.sorted && k > 1 }))
             }
             Algorithm::BlockSort if takes => Ok(Plan::BlockSort),
+            Algorithm::PerThreadHeap => {
+                let limits = self.limits();
+                let plan = HeapPlan::new(
+                    n as u64,
+                    k as u64,
+                    key_bytes,
+                    limits.multiprocessors,
+                    limits.max_shared_bytes_per_block,
+                )?;
+                Ok(Plan::Heap(plan))
+            }
             Algorithm::BlockSort => Err(Error::invalid(format!(
                 "Algorithm::BlockSort takes at most {} keys; the input has {n}",
                 crate::MAX_SMALL_SORT_LEN
@@ -413,6 +436,7 @@ impl Gpu {
 enum Plan {
     Bitonic(BitonicPlan),
     BlockSort,
+    Heap(HeapPlan),
     Radix(RadixPlan),
     Sample(SampleTopKPlan),
 }
@@ -423,6 +447,7 @@ impl Plan {
         match self {
             Plan::Bitonic(plan) => BitonicWorkspace::new(plan, k as u32, key_bytes).bytes,
             Plan::BlockSort => BlockSortWorkspace::new(n, key_bytes).bytes,
+            Plan::Heap(plan) => HeapWorkspace::new(plan, k as u32, key_bytes).bytes,
             Plan::Radix(plan) => RadixWorkspace::new(plan, k, key_bytes).bytes,
             Plan::Sample(plan) => SampleTopKWorkspace::new(plan, n, k, key_bytes).bytes,
         }
