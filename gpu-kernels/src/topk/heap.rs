@@ -59,7 +59,7 @@ pub struct HeapParams<K> {
 pub struct HeapLayout<B> {
     /// Rank bits of each slot.
     pub bits: SharedRegion<B>,
-    /// Step of each slot ([`NO_STEP`] when empty).
+    /// Step of each slot (`u32::MAX` when empty).
     pub steps: SharedRegion<u32>,
     /// Bytes to ask for at launch.
     pub bytes: usize,
