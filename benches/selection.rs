@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 use gpu_select::{
-    Algorithm, BackendKind, DeviceBuffer, Gpu, Order, RowsAlgorithm, SampleSelectPolicy, SelectAlgorithm,
-    SelectKey, SelectOptions, TopK, TopKOptions,
+    Algorithm, BackendKind, DeviceBuffer, Gpu, InputFilter, KeyTransform, Order, RowsAlgorithm,
+    SampleSelectPolicy, SelectAlgorithm, SelectKey, SelectOptions, TopK, TopKFusion, TopKOptions,
 };
 
 /// One measured case of the summary.
@@ -156,6 +156,48 @@ fn bench_top_k<K: SelectKey>(
         median_ms: samples.median(),
         floor_ms,
         predicted_ms: gpu.top_k_predicted_ms::<K>(n, k, options.algorithm),
+    });
+}
+
+/// The bitonic top-k with a fused filter and transform (`top_k_fused_into`), named
+/// `bitonic fused-<label>` so that it sits next to the plain bitonic top-k of the same data.
+#[allow(clippy::too_many_arguments)]
+fn bench_top_k_fused(
+    criterion: &mut Criterion,
+    gpu: &Gpu,
+    data: &DeviceBuffer<f32>,
+    k: usize,
+    label: &str,
+    fusion: &TopKFusion<'_, f32>,
+    floor_ms: f64,
+    cases: &mut Vec<Case>,
+) {
+    let n = data.len();
+    let options = TopKOptions::new(Order::Largest);
+    let bytes = gpu.top_k_fused_workspace_bytes::<f32>(n, k, &options).unwrap();
+    let mut workspace = gpu.alloc_zeroed::<u8>(bytes).unwrap();
+    let mut out =
+        TopK { values: gpu.alloc_zeroed::<f32>(k).unwrap(), indices: gpu.alloc_zeroed::<u64>(k).unwrap() };
+    let name = format!("bitonic fused-{label} f32 n=2^{} k={k} uniform", n.trailing_zeros());
+    let mut samples = Samples::default();
+    let mut group = criterion.benchmark_group("top_k");
+    group.throughput(Throughput::Bytes(data.bytes() as u64));
+    group.bench_function(BenchmarkId::from_parameter(&name), |b| {
+        b.iter_custom(|iterations| {
+            timed(gpu, &mut samples, iterations, || {
+                gpu.top_k_fused_into(data, k, &options, fusion, &mut workspace, &mut out)
+            })
+        })
+    });
+    group.finish();
+    cases.push(Case {
+        group: "top_k",
+        name,
+        elements: n as u64,
+        bytes: data.bytes() as u64,
+        median_ms: samples.median(),
+        floor_ms,
+        predicted_ms: None,
     });
 }
 
@@ -731,7 +773,7 @@ fn main() {
     let radix = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::RadixSelect);
     let heap = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::PerThreadHeap);
     let auto = TopKOptions::new(Order::Largest);
-    let total = sizes.len() * 18 + 3 + 9;
+    let total = sizes.len() * 18 + 3 + 9 + 6;
     let mut step = 0;
     for &log_n in sizes {
         let n = 1usize << log_n;
@@ -776,6 +818,27 @@ fn main() {
             bench_top_k(&mut criterion, &gpu, &keys, (k, options), "uniform", floor_ms, &mut cases);
         }
         if log_n == 28 {
+            // The fusions, on the same keys (uniform in ±1000): a transform, a range that
+            // admits about half, a mask that admits every other input.
+            let mask = gpu.upload(&(0..n).map(|i| (i % 2) as u8).collect::<Vec<u8>>()).unwrap();
+            let fusions = [
+                ("magnitude", TopKFusion::default().with_transform(KeyTransform::Magnitude)),
+                ("range", TopKFusion::default().with_filter(InputFilter::Range { low: -1000.0, high: 0.0 })),
+                (
+                    "mask-magnitude",
+                    TopKFusion::default()
+                        .with_filter(InputFilter::Mask(&mask))
+                        .with_transform(KeyTransform::Magnitude),
+                ),
+            ];
+            for (label, fusion) in &fusions {
+                for k in [32, 1024] {
+                    step += 1;
+                    eprintln!("[{step}/{total}] top_k f32 n=2^{log_n} k={k} fused {label}");
+                    bench_top_k_fused(&mut criterion, &gpu, &keys, k, label, fusion, floor_ms, &mut cases);
+                }
+            }
+            drop(mask);
             bench_selection(&mut criterion, &gpu, &keys, floor_ms, &mut cases);
             drop(keys);
             bench_selection_duplicates(&mut criterion, &gpu, n, floor_ms, &mut cases);

@@ -7,7 +7,10 @@
 mod common;
 
 use common::{DISTRIBUTIONS, Distribution, TestKey, generate};
-use gpu_select::{Algorithm, Error, Gpu, Order, TopKOptions, reference};
+use gpu_select::{
+    Algorithm, Error, Gpu, InputFilter, Key, KeyTransform, Order, PADDING_INDEX, TopKFusion, TopKOptions,
+    reference,
+};
 
 /// Runs the top-k and compares with the oracle: exactly for a sorted result; for an
 /// unsorted one, as a set (after sorting it the oracle's way).
@@ -373,6 +376,159 @@ fn bad_input_gives_clear_errors() {
     let heap = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::PerThreadHeap);
     let error = message(gpu.top_k_with(&big, 513, &heap));
     assert!(error.contains("k ≤ 512"), "{error}");
+}
+
+/// The fused top-k of `data` against the oracle: the admitted inputs (`admits(index, key)`)
+/// ranked by `rank(key)`, their stored keys and indices, padded as documented when fewer
+/// than `k` are admitted.
+fn check_fused<K: TestKey>(
+    gpu: &Gpu,
+    data: &[K],
+    (k, order): (usize, Order),
+    fusion: &TopKFusion<'_, K>,
+    admits: impl Fn(usize, K) -> bool,
+    rank: impl Fn(K) -> K,
+    context: &str,
+) {
+    let device_data = gpu.upload(data).unwrap();
+    let options = TopKOptions::new(order);
+    let top = gpu.top_k_fused(&device_data, k, &options, fusion).unwrap_or_else(|e| panic!("{context}: {e}"));
+    let (values, indices) = (gpu.download(&top.values).unwrap(), gpu.download(&top.indices).unwrap());
+    let admitted: Vec<usize> = (0..data.len()).filter(|&i| admits(i, data[i])).collect();
+    let ranked: Vec<K> = admitted.iter().map(|&i| rank(data[i])).collect();
+    let mut expected: Vec<(u64, u64)> = reference::sort_pairs(&ranked, order)
+        .into_iter()
+        .take(k)
+        .map(|(_, local)| {
+            let index = admitted[local as usize];
+            (data[index].exact(), index as u64)
+        })
+        .collect();
+    let padding = if order == Order::Largest { K::LOWEST } else { K::HIGHEST };
+    expected.resize(k, (padding.exact(), PADDING_INDEX));
+    let got: Vec<(u64, u64)> = values.iter().map(|v| v.exact()).zip(indices).collect();
+    assert_eq!(got, expected, "{context} ({} admitted)", admitted.len());
+}
+
+#[test]
+fn fused_filters_and_transforms_agree_with_the_oracle() {
+    // 20 000 keys: the main chain alone; 2^20 + 12 345: the sample chains, the filter of the
+    // inputs inside the tight bound and its chain. Specials hold NaNs, ±0 and ±inf.
+    let gpu = common::gpu();
+    let sizes: &[usize] = if common::on_emulator(&gpu) {
+        &[20_000, (1 << 20) + 12_345]
+    } else {
+        &[20_000, (1 << 20) + 12_345, 3_000_001]
+    };
+    for (s, &n) in sizes.iter().enumerate() {
+        let seed = 90 + s as u64;
+        let floats = generate::<f32>(n, Distribution::Specials, seed);
+        let magnitude = TopKFusion::default()
+            .with_filter(InputFilter::Range { low: -500.0, high: f32::INFINITY })
+            .with_transform(KeyTransform::Magnitude);
+        for (k, order) in [(1, Order::Largest), (40, Order::Smallest), (1000, Order::Largest)] {
+            let context = format!("f32 n={n} k={k} {order:?} range, magnitude");
+            let admits = |_, key: f32| !key.is_nan() && key >= -500.0;
+            check_fused(&gpu, &floats, (k, order), &magnitude, admits, |key: f32| key.magnitude(), &context);
+        }
+        let mask_bytes: Vec<u8> = (0..n).map(|i| (i % 3 != 1) as u8).collect();
+        let mask = gpu.upload(&mask_bytes).unwrap();
+        let uniform = generate::<f32>(n, Distribution::Uniform, seed);
+        let affine = TopKFusion::default()
+            .with_filter(InputFilter::Mask(&mask))
+            .with_transform(KeyTransform::Affine { scale: -2.0, offset: 0.5 });
+        for (k, order) in [(32, Order::Largest), (256, Order::Smallest)] {
+            let context = format!("f32 n={n} k={k} {order:?} mask, affine");
+            let admits = |i: usize, _| mask_bytes[i] != 0;
+            check_fused(&gpu, &uniform, (k, order), &affine, admits, |key: f32| key * -2.0 + 0.5, &context);
+        }
+        let ints = generate::<i32>(n, Distribution::FewDistinct(16), seed);
+        let fusion = TopKFusion::default()
+            .with_filter(InputFilter::Range { low: -3, high: 5 })
+            .with_transform(KeyTransform::Magnitude);
+        let admits = |_, key: i32| (-3..=5).contains(&key);
+        check_fused(
+            &gpu,
+            &ints,
+            (300, Order::Largest),
+            &fusion,
+            admits,
+            i32::wrapping_abs,
+            &format!("i32 n={n}"),
+        );
+        let wide = generate::<u64>(n, Distribution::Uniform, seed);
+        let fusion = TopKFusion::default().with_transform(KeyTransform::Affine { scale: 3u64, offset: 7 });
+        let rank = |key: u64| key.wrapping_mul(3).wrapping_add(7);
+        check_fused(&gpu, &wide, (64, Order::Smallest), &fusion, |_, _| true, rank, &format!("u64 n={n}"));
+    }
+}
+
+#[test]
+fn fused_filters_that_admit_fewer_than_k_pad_the_result() {
+    // Few admitted inputs make the sample's bounds padding (they then bound nothing) and
+    // the tight chain's result padding, so every chain runs; the result ends in padding.
+    let gpu = common::gpu();
+    for n in [5000, (1 << 20) + 12_345] {
+        let data = generate::<f32>(n, Distribution::Uniform, 7);
+        let mask_bytes: Vec<u8> = (0..n).map(|i| (i % (n / 9) == 3) as u8).collect();
+        let mask = gpu.upload(&mask_bytes).unwrap();
+        let fusion = TopKFusion::default().with_filter(InputFilter::Mask(&mask));
+        for (k, order) in [(5, Order::Largest), (50, Order::Smallest), (1024, Order::Largest)] {
+            let admits = |i: usize, _| mask_bytes[i] != 0;
+            check_fused(
+                &gpu,
+                &data,
+                (k, order),
+                &fusion,
+                admits,
+                |key| key,
+                &format!("n={n} k={k} {order:?}"),
+            );
+        }
+        let nothing = TopKFusion::default().with_filter(InputFilter::Range { low: 5000.0, high: 6000.0 });
+        check_fused(
+            &gpu,
+            &data,
+            (3, Order::Smallest),
+            &nothing,
+            |_, _| false,
+            |key| key,
+            &format!("n={n} empty"),
+        );
+    }
+}
+
+#[test]
+fn fused_top_k_rejects_what_it_cannot_do() {
+    let gpu = common::gpu();
+    let data = gpu.upload(&generate::<f32>(5000, Distribution::Uniform, 3)).unwrap();
+    let options = TopKOptions::new(Order::Largest);
+    let message = |result: gpu_select::Result<gpu_select::TopK<f32>>| result.unwrap_err().to_string();
+    let magnitude = TopKFusion::default().with_transform(KeyTransform::Magnitude);
+    let radix = options.with_algorithm(Algorithm::RadixSelect);
+    assert!(message(gpu.top_k_fused(&data, 5, &radix, &magnitude)).contains("bitonic top-k only"));
+    assert!(message(gpu.top_k_fused(&data, 1025, &options, &magnitude)).contains("k ≤ 1024"));
+    assert!(message(gpu.top_k_fused(&data, 0, &options, &magnitude)).contains("k = 0"));
+    let reversed = TopKFusion::default().with_filter(InputFilter::Range { low: 1.0, high: -1.0 });
+    assert!(message(gpu.top_k_fused(&data, 5, &options, &reversed)).contains("orders above"));
+    let short_mask = gpu.upload(&[1u8; 4999]).unwrap();
+    let masked = TopKFusion::default().with_filter(InputFilter::Mask(&short_mask));
+    assert!(matches!(gpu.top_k_fused(&data, 5, &options, &masked), Err(Error::LengthMismatch { .. })));
+    // The caller's workspace: sized by the fused query, checked by the fused run.
+    let bytes = gpu.top_k_fused_workspace_bytes::<f32>(5000, 5, &options).unwrap();
+    let mut out =
+        gpu_select::TopK { values: gpu.alloc_zeroed(5).unwrap(), indices: gpu.alloc_zeroed(5).unwrap() };
+    let mut workspace = gpu.alloc_zeroed::<u8>(bytes).unwrap();
+    gpu.top_k_fused_into(&data, 5, &options, &magnitude, &mut workspace, &mut out).unwrap();
+    let plain = gpu.top_k(&data, 5, Order::Largest).unwrap();
+    assert_ne!(
+        gpu.download(&out.indices).unwrap(),
+        gpu.download(&plain.indices).unwrap(),
+        "ranked by magnitude"
+    );
+    let mut small = gpu.alloc_zeroed::<u8>(bytes - 1).unwrap();
+    let error = gpu.top_k_fused_into(&data, 5, &options, &magnitude, &mut small, &mut out).unwrap_err();
+    assert!(matches!(error, Error::LengthMismatch { .. }), "{error}");
 }
 
 #[test]

@@ -120,6 +120,13 @@ pub trait Key: Copy + PartialOrd + Default + Send + Sync + core::fmt::Debug + 's
     fn to_ordered(self) -> Self::Bits;
     /// Inverse of [`Key::to_ordered`]; every NaN comes back as the canonical quiet NaN.
     fn from_ordered(bits: Self::Bits) -> Self;
+    /// The absolute value: floats clear their sign bit (`-0.0` becomes `+0.0`, NaN stays
+    /// NaN), signed integers wrap (`MIN` stays `MIN`, as `wrapping_abs`), unsigned ones are
+    /// their own.
+    fn magnitude(self) -> Self;
+    /// `self · scale + offset`: for floats two roundings (a multiply, then an add), for
+    /// integers wrapping.
+    fn affine(self, scale: Self, offset: Self) -> Self;
 }
 
 macro_rules! float_key {
@@ -141,6 +148,15 @@ macro_rules! float_key {
                 const SIGN: $bits = 1 << (<$bits>::BITS - 1);
                 <$float>::from_bits(if bits & SIGN != 0 { bits & !SIGN } else { !bits })
             }
+            #[inline(always)]
+            fn magnitude(self) -> Self {
+                const SIGN: $bits = 1 << (<$bits>::BITS - 1);
+                <$float>::from_bits(self.to_bits() & !SIGN)
+            }
+            #[inline(always)]
+            fn affine(self, scale: Self, offset: Self) -> Self {
+                self * scale + offset
+            }
         }
     };
 }
@@ -160,6 +176,14 @@ macro_rules! signed_key {
             fn from_ordered(bits: $bits) -> Self {
                 (bits ^ (1 << (<$bits>::BITS - 1))) as $int
             }
+            #[inline(always)]
+            fn magnitude(self) -> Self {
+                self.wrapping_abs()
+            }
+            #[inline(always)]
+            fn affine(self, scale: Self, offset: Self) -> Self {
+                self.wrapping_mul(scale).wrapping_add(offset)
+            }
         }
     };
 }
@@ -178,6 +202,14 @@ macro_rules! unsigned_key {
             #[inline(always)]
             fn from_ordered(bits: $int) -> Self {
                 bits
+            }
+            #[inline(always)]
+            fn magnitude(self) -> Self {
+                self
+            }
+            #[inline(always)]
+            fn affine(self, scale: Self, offset: Self) -> Self {
+                self.wrapping_mul(scale).wrapping_add(offset)
             }
         }
     };

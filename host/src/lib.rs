@@ -45,7 +45,9 @@ pub use gpu_select_kernels::{Key, Order};
 pub use ptx::{PTX_SM80, PTX_SM90};
 pub use select::{ApproxSelection, SampleSelectPolicy, SelectAlgorithm, SelectOptions};
 pub use sort::{MAX_SMALL_SORT_LEN, SortedSegments};
-pub use topk::{Algorithm, PADDING_INDEX, RowsAlgorithm, TopK, TopKOptions};
+pub use topk::{
+    Algorithm, InputFilter, KeyTransform, PADDING_INDEX, RowsAlgorithm, TopK, TopKFusion, TopKOptions,
+};
 
 /// A key type the library selects on: `f32`, `f64`, `i32`, `u32`, `i64`, `u64`.
 pub trait SelectKey: Key + gpu_select_kernels::entry::KernelKey + DeviceValue {}

@@ -58,6 +58,7 @@ use crate::device::{self, SharedLayout, SharedRegion, SharedSlice};
 use crate::key::{Key, OrderedBits};
 use crate::params::{GlobalPtr, Order};
 use crate::thread::pair_after;
+use crate::topk::fusion::Fusion;
 use crate::warp::bitonic::{WarpPairs, fold_sorted_runs, reduce_runs, sort_runs};
 
 /// Threads per block.
@@ -114,6 +115,9 @@ pub struct TopKParams<K> {
     /// from element 0 on, in no particular order, and add their number here (zero before
     /// the pass); when null, block `b` writes its `k` results, padding included, at `b·k`.
     pub out_count: GlobalPtr<u64>,
+    /// The filter (applied where a pass reads the data: `indices_in` null) and the
+    /// transform (applied to every key it ranks).
+    pub fusion: Fusion,
     /// How many to keep, 1 to `32·Q`.
     pub k: u32,
     /// [`Order::to_raw`].
@@ -256,21 +260,29 @@ unsafe fn fetch_tile<K: Key>(params: &TopKParams<K>, tile_start: u64) -> RawTile
     raw
 }
 
-/// Encodes a fetched tile: ordered bits (complemented for "largest") and positions;
-/// inputs past the end and padding from an earlier pass become padding.
+/// Encodes a fetched tile: ordered bits of the ranked key (complemented for "largest") and
+/// positions; inputs past the end, padding from an earlier pass and data the filter turns
+/// away become padding.
+///
+/// # Safety
+/// A mask filter holds a byte for every input of the data.
 #[inline(always)]
-fn encode_tile<K: Key>(
+unsafe fn encode_tile<K: Key>(
     params: &TopKParams<K>,
     raw: &RawTile<K>,
     tile_start: u64,
     largest: bool,
 ) -> WarpPairs<K::Bits, PAIRS_PER_THREAD> {
     let first = tile_start + device::warp_id() as u64 * 256 + device::lane_id() as u64;
+    // Only the data is filtered: candidates of an earlier pass were admitted when read.
+    let filtered = params.indices_in.is_null() && !params.fusion.admits_all();
     let mut pairs = WarpPairs::<K::Bits, PAIRS_PER_THREAD>::padding();
     for r in 0..PAIRS_PER_THREAD {
-        if first + (r as u64) * 32 < params.len && raw.indices[r] != NO_INDEX {
-            let ordered = raw.keys[r].to_ordered();
-            pairs.bits[r] = if largest { ordered.complement() } else { ordered };
+        if first + (r as u64) * 32 < params.len
+            && raw.indices[r] != NO_INDEX
+            && (!filtered || unsafe { params.fusion.admits(raw.keys[r], raw.indices[r]) })
+        {
+            pairs.bits[r] = params.fusion.rank_bits(raw.keys[r], largest);
             pairs.positions[r] = raw.indices[r] as u32;
         }
     }
@@ -303,14 +315,14 @@ unsafe fn scan_tiles<K: Key>(
         unsafe { (layout.votes.bind(), layout.bound_bits.bind(), layout.bound_position.bind()) };
 
     // The bound starts at the one the host passed (from the sample), or at "everything
-    // passes".
+    // passes", also when the sample's result there is padding (a filter admitted fewer).
     if device::thread_idx_x() == 0 {
-        let (bits, position) = if params.prune_key.is_null() {
+        let prune_index =
+            if params.prune_key.is_null() { NO_INDEX } else { unsafe { params.prune_index.read(0) } };
+        let (bits, position) = if prune_index == NO_INDEX {
             (K::Bits::MAX, u32::MAX)
         } else {
-            let ordered = unsafe { params.prune_key.read(0) }.to_ordered();
-            let bits = if largest { ordered.complement() } else { ordered };
-            (bits, unsafe { params.prune_index.read(0) } as u32)
+            (params.fusion.rank_bits(unsafe { params.prune_key.read(0) }, largest), prune_index as u32)
         };
         unsafe {
             bound_bits.store(0, bits);
@@ -333,7 +345,7 @@ unsafe fn scan_tiles<K: Key>(
         if tile < params.tiles {
             next = unsafe { fetch_tile(params, tile_start(tile)) };
         }
-        let mut sorted = encode_tile(params, &current, current_start, largest);
+        let mut sorted = unsafe { encode_tile(params, &current, current_start, largest) };
 
         // Prune: inputs beyond the bound become padding; vote on whether any real input is
         // left (padding, position u32::MAX, is never inside: tiles of an earlier pass's
@@ -392,12 +404,13 @@ fn writes_rank<K>(params: &TopKParams<K>, rank: usize, real: u32) -> bool {
 }
 
 /// Writes a result at output element `out`: the key gathered from the original data at its
-/// position (so NaN payloads and `-0.0` survive bit for bit), or padding.
+/// position (so NaN payloads and `-0.0` survive bit for bit), or padding: [`NO_INDEX`] and
+/// the worst key that is not NaN (what a caller sees when a filter admitted fewer than `k`).
 #[inline(always)]
 unsafe fn write_result<K: Key>(params: &TopKParams<K>, out: u64, position: u32) {
     // Padding: the block saw fewer than k inputs inside the bound.
     let (key, index) = if position == u32::MAX {
-        (K::default(), NO_INDEX)
+        (if Order::from_raw(params.order) == Order::Largest { K::LOWEST } else { K::HIGHEST }, NO_INDEX)
     } else {
         (unsafe { params.original_keys.read(position as u64) }, position as u64)
     };
@@ -617,6 +630,8 @@ pub struct FilterParams<K> {
     pub count: GlobalPtr<u64>,
     /// Room in `keys_out` and `indices_out`.
     pub capacity: u64,
+    /// The filter and the transform ([`TopKParams::fusion`]).
+    pub fusion: Fusion,
     /// [`Order::to_raw`].
     pub order: u32,
 }
@@ -637,12 +652,14 @@ pub const FILTER_THREADS: u32 = 256;
 #[inline(always)]
 pub unsafe fn filter_inside<K: Key>(params: FilterParams<K>) {
     let largest = Order::from_raw(params.order) == Order::Largest;
-    let encode = |key: K| {
-        let ordered = key.to_ordered();
-        if largest { ordered.complement() } else { ordered }
+    let fusion = params.fusion;
+    // A bound that is padding (the sample's filter admitted fewer) lets every input in.
+    let bound_index = unsafe { params.bound_index.read(0) };
+    let (bound_bits, bound_position) = if bound_index == NO_INDEX {
+        (K::Bits::MAX, u32::MAX)
+    } else {
+        (fusion.rank_bits(unsafe { params.bound_key.read(0) }, largest), bound_index as u32)
     };
-    let (bound_bits, bound_position) =
-        unsafe { (encode(params.bound_key.read(0)), params.bound_index.read(0) as u32) };
     let tiles = params.len.div_ceil(TOPK_TILE);
     let last = params.len - 1;
     let lane = device::lane_id();
@@ -657,7 +674,9 @@ pub unsafe fn filter_inside<K: Key>(params: FilterParams<K>) {
         let mut inside = 0u32;
         for (r, &key) in keys.iter().enumerate() {
             let position = first + r as u64 * 32;
-            if position < params.len && !pair_after(encode(key), position as u32, bound_bits, bound_position)
+            if position < params.len
+                && !pair_after(fusion.rank_bits(key, largest), position as u32, bound_bits, bound_position)
+                && unsafe { fusion.admits(key, position) }
             {
                 inside |= 1 << r;
             }
@@ -779,6 +798,7 @@ mod tests {
             },
             in_count: GlobalPtr::null(),
             out_count: GlobalPtr::null(),
+            fusion: Fusion::identity(),
             k,
             order: Order::Smallest.to_raw(),
         };
@@ -802,6 +822,7 @@ mod tests {
             indices_out: GlobalPtr::from_address(indices_out.as_mut_ptr() as u64),
             count: GlobalPtr::from_address(&mut count as *mut u64 as u64),
             capacity: capacity as u64,
+            fusion: Fusion::identity(),
             order: Order::Largest.to_raw(),
         };
         let config = LaunchConfig { grid: (3, 1), block_threads: FILTER_THREADS, shared_bytes: 0 };
@@ -932,6 +953,7 @@ mod tests {
                 skip_unless_padding: GlobalPtr::null(),
                 in_count: GlobalPtr::null(),
                 out_count: GlobalPtr::from_address(&mut count as *mut u64 as u64),
+                fusion: Fusion::identity(),
                 k,
                 order: Order::Smallest.to_raw(),
             };
@@ -998,6 +1020,7 @@ mod tests {
                     },
                     in_count: GlobalPtr::from_address(&count as *const u64 as u64),
                     out_count: GlobalPtr::from_address(&mut appended as *mut u64 as u64),
+                    fusion: Fusion::identity(),
                     k,
                     order: Order::Smallest.to_raw(),
                 };

@@ -1,6 +1,7 @@
 //! Top-k algorithms: each module is one algorithm of the host's `Algorithm` enum.
 
 pub mod bitonic;
+pub mod fusion;
 pub mod heap;
 pub mod radix;
 pub mod rows;

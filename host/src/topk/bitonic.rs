@@ -6,6 +6,7 @@ use gpu_select_kernels::topk::bitonic::{
     FILTER_THREADS, FilterParams, MAX_REGISTER_K, TOPK_THREADS, TOPK_TILE, TopKLayout, TopKParams,
     registers_for_k,
 };
+use gpu_select_kernels::topk::fusion::Fusion;
 
 #[cfg(test)]
 use super::WORKSPACE_ALIGN;
@@ -284,11 +285,15 @@ impl BitonicWorkspace {
 }
 
 impl Gpu {
+    /// Queues the bitonic top-k of `data` (its chains: [`BitonicPlan`]) into `out`, with
+    /// the filter and transform `fusion` in every pass.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn run_bitonic<K: SelectKey>(
         &self,
         data: &DeviceBuffer<K>,
         k: u32,
         order: Order,
+        fusion: Fusion,
         plan: &BitonicPlan,
         workspace_base: u64,
         out: &mut TopK<K>,
@@ -296,8 +301,9 @@ impl Gpu {
         let layout = BitonicWorkspace::new(plan, k, size_of::<K>());
         let at = |offset: usize| workspace_base + offset as u64;
         let between = [0, 1].map(|i| (at(layout.keys[i]), at(layout.indices[i])));
-        let run_chain =
-            |chain: Chain<K>, output: (u64, u64)| self.run_chain(data, order, between, chain, output);
+        let run_chain = |chain: Chain<K>, output: (u64, u64)| {
+            self.run_chain(data, order, between, chain.fused(fusion), output)
+        };
         let the_data =
             ChainInput { keys: data.global_ptr(), indices: GlobalPtr::null(), count: GlobalPtr::null() };
         let out_pairs = (out.values.global_ptr().address(), out.indices.global_ptr().address());
@@ -337,6 +343,7 @@ impl Gpu {
             indices_out: GlobalPtr::from_address(at(layout.filtered_indices)),
             count: GlobalPtr::from_address(filter_count),
             capacity: tight.room,
+            fusion,
             order: order.to_raw(),
         };
         let shape =
@@ -396,6 +403,7 @@ impl Gpu {
                 skip_unless_padding: chain.skip_unless_padding,
                 in_count: if i == 0 { chain.input.count } else { counter(i - 1) },
                 out_count: if last { GlobalPtr::null() } else { counter(i) },
+                fusion: chain.fusion,
                 k: chain.k,
                 order: order.to_raw(),
             };
@@ -424,7 +432,7 @@ fn bitonic_kernel<K: SelectKey>(k: u32) -> (KernelId<TopKParams<K>>, usize) {
 /// pass reads, the bound (key and index addresses) that prunes its first pass, the index
 /// whose being real makes every block of the chain leave at once (null: never), and the
 /// zeroed counters through which each pass appends only its real results and the next
-/// reads only those (none: every block writes `k`).
+/// reads only those (none: every block writes `k`), and the filter and transform.
 #[derive(Clone, Copy)]
 pub(super) struct Chain<'a, K> {
     passes: &'a [Pass],
@@ -433,11 +441,24 @@ pub(super) struct Chain<'a, K> {
     prune: Option<(u64, u64)>,
     skip_unless_padding: GlobalPtr<u64>,
     counters: Option<u64>,
+    fusion: Fusion,
 }
 
 impl<'a, K> Chain<'a, K> {
     pub(super) fn over(passes: &'a [Pass], k: u32, input: ChainInput<K>) -> Self {
-        Self { passes, k, input, prune: None, skip_unless_padding: GlobalPtr::null(), counters: None }
+        Self {
+            passes,
+            k,
+            input,
+            prune: None,
+            skip_unless_padding: GlobalPtr::null(),
+            counters: None,
+            fusion: Fusion::identity(),
+        }
+    }
+
+    fn fused(self, fusion: Fusion) -> Self {
+        Self { fusion, ..self }
     }
 
     fn counted(self, counters: Option<u64>) -> Self {

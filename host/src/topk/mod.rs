@@ -2,6 +2,7 @@
 
 mod bitonic;
 mod cost;
+mod fused;
 mod heap;
 mod radix;
 mod rows;
@@ -13,6 +14,7 @@ use gpu_select_kernels::topk::bitonic::MAX_BITONIC_K;
 use gpu_select_kernels::topk::heap::MAX_HEAP_K;
 
 use self::bitonic::{BitonicPlan, BitonicWorkspace};
+pub use self::fused::{InputFilter, KeyTransform, TopKFusion};
 use self::heap::{HeapPlan, HeapWorkspace};
 use self::radix::{RadixPlan, RadixWorkspace};
 pub use self::rows::{PADDING_INDEX, RowsAlgorithm};
@@ -285,7 +287,10 @@ impl Gpu {
         self.check_workspace(workspace, needed, "top-k workspace bytes (at least)")?;
         let base = workspace.global_ptr().address();
         match plan {
-            Plan::Bitonic(plan) => self.run_bitonic(data, k as u32, options.order, &plan, base, out),
+            Plan::Bitonic(plan) => {
+                let fusion = gpu_select_kernels::topk::fusion::Fusion::identity();
+                self.run_bitonic(data, k as u32, options.order, fusion, &plan, base, out)
+            }
             Plan::BlockSort => self.run_block_sort(data, k, options.order, base, out),
             Plan::Heap(plan) => self.run_heap(data, k as u32, options.order, &plan, base, out),
             Plan::Radix(plan) => self.run_radix(data, k, options.order, &plan, base, out),
