@@ -380,6 +380,15 @@ pub unsafe fn global_atomic_cas_u32(address: *mut u32, expected: u32, new: u32) 
     }
 }
 
+/// Keeps the compiler from moving memory accesses across this point; emits nothing. Used
+/// to keep a batch of loads together ahead of the code that looks at them (so they are in
+/// flight at once), where the compiler would otherwise sink some below a branch.
+/// *Any thread.*
+#[inline(always)]
+pub fn compiler_barrier() {
+    backend::compiler_barrier()
+}
+
 /// Orders this thread's memory accesses as seen by its block (`fence.acq_rel.cta`).
 /// *Any thread.*
 #[inline(always)]

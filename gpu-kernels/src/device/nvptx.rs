@@ -160,6 +160,11 @@ pub unsafe fn shared_atomic_cas_u32(address: *mut u32, expected: u32, new: u32) 
 }
 
 #[inline(always)]
+pub fn compiler_barrier() {
+    // An empty asm that may touch memory: nothing is emitted, nothing moves across it.
+    unsafe { asm!("", options(nostack, preserves_flags)) }
+}
+#[inline(always)]
 pub fn fence_block() {
     unsafe { asm!("fence.acq_rel.cta;") }
 }
