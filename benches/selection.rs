@@ -773,7 +773,7 @@ fn main() {
     let radix = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::RadixSelect);
     let heap = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::PerThreadHeap);
     let auto = TopKOptions::new(Order::Largest);
-    let total = sizes.len() * 18 + 3 + 9 + 6;
+    let total = sizes.len() * 18 + 3 + 9 + 8;
     let mut step = 0;
     for &log_n in sizes {
         let n = 1usize << log_n;
@@ -818,12 +818,18 @@ fn main() {
             bench_top_k(&mut criterion, &gpu, &keys, (k, options), "uniform", floor_ms, &mut cases);
         }
         if log_n == 28 {
-            // The fusions, on the same keys (uniform in ±1000): a transform, a range that
-            // admits about half, a mask that admits every other input.
+            // The fusions, on the same keys (uniform in [0, 1)): a transform, a range that
+            // admits half (the best admitted lie in the middle, below keys it turns away),
+            // a mask that admits every other input, and a range that admits none (fewer
+            // than k: every chain runs, the worst case).
             let mask = gpu.upload(&(0..n).map(|i| (i % 2) as u8).collect::<Vec<u8>>()).unwrap();
             let fusions = [
                 ("magnitude", TopKFusion::default().with_transform(KeyTransform::Magnitude)),
-                ("range", TopKFusion::default().with_filter(InputFilter::Range { low: -1000.0, high: 0.0 })),
+                ("range", TopKFusion::default().with_filter(InputFilter::Range { low: 0.25, high: 0.75 })),
+                (
+                    "empty-range",
+                    TopKFusion::default().with_filter(InputFilter::Range { low: 2.0, high: 3.0 }),
+                ),
                 (
                     "mask-magnitude",
                     TopKFusion::default()
