@@ -9,7 +9,9 @@ first, n = 2^20 .. 2^30, k = 1 .. 1024, each algorithm forced). Prints:
   the sweep's k = 32, 100, 256, 512 and the larger of 1000 and 1024; q = 2 is the mean of
   q = 1 and q = 4) and size;
 - radix select's and SampleSelect's lines `fixed_ms + per_input_ns * n`, least squares on
-  relative error over every k.
+  relative error over every k;
+- the per-thread heap's table (HEAP_MS: rows k = 1, 8, 32, 100, 256, 512) when the sweep
+  has a `heap` column (run 58's: docs/results/raw/2026-11-24-h100-run58-topk-sweep.csv).
 The unit test `auto_stays_near_the_best_of_the_sweep` (cost.rs) checks Auto's choices
 against the same CSV.
 """
@@ -49,3 +51,9 @@ def fit_line(algorithm):
 for algorithm in ["radix", "sample"]:
     fixed, per_input_ns = fit_line(algorithm)
     print(f"{algorithm}: fixed_ms {fixed:.4f}, per_input_ns {per_input_ns:.4e}")
+
+heap_ks = sorted(k for (alg, k) in ms if alg == "heap")
+if heap_ks:
+    print("HEAP_MS (rows k =", heap_ks, ")")
+    for k in heap_ks:
+        print("    [" + ", ".join(f"{ms[('heap', k)][n]:.4f}" for n in sizes) + "],")

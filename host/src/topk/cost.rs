@@ -15,10 +15,15 @@
 //! 2^30 along the last segment; below 2^20, where no sample is taken, the 2^20 time is an
 //! upper bound).
 //!
+//! The per-thread heap (a baseline `Auto` never picks) is a table too, by `k` and `n`, read
+//! by linear interpolation in both: its time per input grows with `k` (fewer threads fit
+//! their heaps in shared memory, and each inserts about `k · ln(m / k)` of its `m` inputs).
+//!
 //! The constants come from the top-k sweep of H100 run 52
-//! (`docs/results/raw/2026-11-23-h100-run52-topk-sweep.csv`, reproduced by
-//! `docs/results/fit_topk_cost.py`); `auto_stays_near_the_best_of_the_sweep` checks Auto's
-//! choices against it. `cargo xtask bench` prints each prediction beside the measurement.
+//! (`docs/results/raw/2026-11-23-h100-run52-topk-sweep.csv`; the heap's from run 58's,
+//! `…/2026-11-24-h100-run58-topk-sweep.csv`), reproduced by `docs/results/fit_topk_cost.py`;
+//! `auto_stays_near_the_best_of_the_sweep` checks Auto's choices against them. `cargo xtask
+//! bench` prints each prediction beside the measurement.
 
 use super::Algorithm;
 
@@ -48,6 +53,18 @@ const BITONIC_MS: [[f64; 6]; 7] = [
     [0.0605, 0.0811, 0.1096, 0.2102, 0.5431, 1.8042],
     [0.0793, 0.0874, 0.1211, 0.2237, 0.5643, 1.8467],
 ];
+/// The `k` of the heap table's rows.
+const HEAP_K: [u64; 6] = [1, 8, 32, 100, 256, 512];
+/// Per-thread heap top-k, ms on uniform f32 keys (H100 run 58), by `k` ([`HEAP_K`]) and
+/// size ([`BITONIC_LOG_N`]).
+const HEAP_MS: [[f64; 6]; 6] = [
+    [0.0544, 0.0546, 0.0789, 0.1670, 0.4732, 1.7074],
+    [0.0747, 0.0907, 0.1681, 0.3907, 0.9324, 2.3907],
+    [0.1418, 0.1438, 0.2829, 0.6777, 1.6460, 3.7619],
+    [0.3870, 0.4294, 0.6534, 1.6878, 4.0593, 8.9333],
+    [0.9799, 1.0343, 1.4755, 4.3641, 11.1052, 24.5322],
+    [2.0459, 2.1236, 4.0746, 12.6695, 30.4765, 66.5507],
+];
 /// Radix select, any `k`, 32-bit keys (count, then two filters over the data for uniform
 /// floats); 64-bit keys run twice the levels.
 const RADIX: Line = Line { fixed_ms: 0.0731, per_input_ns: 9.41e-3, reads: 3.0 };
@@ -56,15 +73,22 @@ const SAMPLE_SELECT: Line = Line { fixed_ms: 0.1372, per_input_ns: 6.98e-3, read
 /// The block sort of at most 2048 keys: one launch.
 const BLOCK_SORT: Line = Line { fixed_ms: 0.012, per_input_ns: 0.0, reads: 1.0 };
 
-/// The bitonic table's time for `n` keys with the kernel of row `row`, on the fitted GPU.
-fn bitonic_table_ms(row: usize, n: u64) -> f64 {
-    let times = &BITONIC_MS[row];
+/// A table row's time for `n` keys (columns at [`BITONIC_LOG_N`]), on the fitted GPU.
+fn table_ms(times: &[f64; 6], n: u64) -> f64 {
     let size = |i: usize| (1u64 << BITONIC_LOG_N[i]) as f64;
     let n = (n as f64).max(size(0));
     // The segment holding n, or the last one beyond the table.
     let upper = (1..BITONIC_LOG_N.len()).find(|&i| n <= size(i)).unwrap_or(BITONIC_LOG_N.len() - 1);
     let (n0, n1) = (size(upper - 1), size(upper));
     times[upper - 1] + (times[upper] - times[upper - 1]) * (n - n0) / (n1 - n0)
+}
+
+/// The heap table's time for `n` keys and `k` (1 to 512), between its rows by `k`.
+fn heap_table_ms(n: u64, k: u64) -> f64 {
+    let upper = (1..HEAP_K.len()).find(|&i| k <= HEAP_K[i]).unwrap_or(HEAP_K.len() - 1);
+    let (k0, k1) = (HEAP_K[upper - 1] as f64, HEAP_K[upper] as f64);
+    let (t0, t1) = (table_ms(&HEAP_MS[upper - 1], n), table_ms(&HEAP_MS[upper], n));
+    t0 + (t1 - t0) * (k as f64 - k0) / (k1 - k0)
 }
 
 /// A read-only pass reaches this share of the peak bandwidth the driver reports (measured:
@@ -106,15 +130,17 @@ pub(crate) fn predict_ms(
                 if k == 1 { 0 } else { 1 + k.div_ceil(32).next_power_of_two().trailing_zeros() as usize };
             // 64-bit keys are not measured yet: the same work per input is assumed, and the
             // read bound doubles with the bytes.
-            return Some((bitonic_table_ms(row, n) * scale).max(read_ms(1.0)));
+            return Some((table_ms(&BITONIC_MS[row], n) * scale).max(read_ms(1.0)));
         }
         Algorithm::RadixSelect => {
             let wide = if key_bytes > 4 { 2.0 } else { 1.0 };
             Line { fixed_ms: RADIX.fixed_ms * wide, ..RADIX }
         }
         Algorithm::SampleSelect => SAMPLE_SELECT,
-        // Not fitted: a baseline that `Auto` never picks.
-        Algorithm::PerThreadHeap | Algorithm::Auto => return None,
+        // 64-bit keys: as for the bitonic top-k, the same time is assumed (their heaps take
+        // more shared memory, so fewer threads: a lower bound).
+        Algorithm::PerThreadHeap => return Some((heap_table_ms(n, k) * scale).max(read_ms(1.0))),
+        Algorithm::Auto => return None,
     };
     let compute_ms = line.per_input_ns * 1e-6 * n as f64 * scale;
     Some(line.fixed_ms + compute_ms.max(read_ms(line.reads)))
@@ -185,6 +211,33 @@ mod tests {
             let rms = (sum / count as f64).sqrt();
             assert!(rms < 0.1, "{name}: {rms:.3} rms over {count}");
         }
+    }
+
+    #[test]
+    fn the_heap_table_reproduces_its_sweep_and_interpolates_between() {
+        const HEAP_SWEEP: &str =
+            include_str!("../../../docs/results/raw/2026-11-24-h100-run58-topk-sweep.csv");
+        let mut checked = 0;
+        for line in HEAP_SWEEP.lines().skip(1).filter(|line| line.contains(",heap,")) {
+            let fields: Vec<&str> = line.split(',').collect();
+            let (n, k, ms): (u64, u64, f64) =
+                (fields[1].parse().unwrap(), fields[2].parse().unwrap(), fields[4].parse().unwrap());
+            let predicted = predict_ms(Algorithm::PerThreadHeap, n, k, 4, H100).unwrap();
+            if HEAP_K.contains(&k) {
+                assert!((predicted / ms - 1.0).abs() < 0.001, "heap n={n} k={k}: {predicted} vs {ms}");
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, 36, "6 k × 6 n");
+        // Between rows and columns: between the neighbours, and growing with k and n.
+        let at = |n: u64, k: u64| predict_ms(Algorithm::PerThreadHeap, n, k, 4, H100).unwrap();
+        assert!(at(1 << 28, 32) < at(1 << 28, 64) && at(1 << 28, 64) < at(1 << 28, 100));
+        assert!(at(1 << 27, 64) > at(1 << 26, 64) && at(1 << 27, 64) < at(1 << 28, 64));
+        assert!(predict_ms(Algorithm::PerThreadHeap, 1 << 20, 513, 4, H100).is_none());
+        // Fewer multiprocessors, proportionally slower.
+        let half = Device { multiprocessors: 66, ..H100 };
+        let ratio = predict_ms(Algorithm::PerThreadHeap, 1 << 28, 256, 4, half).unwrap() / at(1 << 28, 256);
+        assert!((ratio - 2.0).abs() < 1e-9, "{ratio}");
     }
 
     #[test]
