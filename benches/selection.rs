@@ -137,38 +137,19 @@ fn bench_top_k<K: SelectKey>(
     };
     let sorted = if options.sorted { "" } else { " unsorted" };
     let name = format!("{algorithm}{sorted} {} n=2^{} k={k} {label}", K::NAME, n.trailing_zeros());
-    let mut samples = Samples::default();
-    let mut group = criterion.benchmark_group("top_k");
-    group.throughput(Throughput::Bytes(data.bytes() as u64));
-    group.bench_function(BenchmarkId::from_parameter(&name), |b| {
-        b.iter_custom(|iterations| {
-            timed(gpu, &mut samples, iterations, || {
-                gpu.top_k_into(data, k, &options, &mut workspace, &mut out)
-            })
-        })
-    });
-    group.finish();
-    cases.push(Case {
-        group: "top_k",
-        name,
-        elements: n as u64,
-        bytes: data.bytes() as u64,
-        median_ms: samples.median(),
-        floor_ms,
-        predicted_ms: gpu.top_k_predicted_ms::<K>(n, k, options.algorithm),
+    let predicted_ms = gpu.top_k_predicted_ms::<K>(n, k, options.algorithm);
+    record_top_k_case(criterion, gpu, data, name, (floor_ms, predicted_ms), cases, || {
+        gpu.top_k_into(data, k, &options, &mut workspace, &mut out)
     });
 }
 
 /// The bitonic top-k with a fused filter and transform (`top_k_fused_into`), named
 /// `bitonic fused-<label>` so that it sits next to the plain bitonic top-k of the same data.
-#[allow(clippy::too_many_arguments)]
 fn bench_top_k_fused(
     criterion: &mut Criterion,
     gpu: &Gpu,
     data: &DeviceBuffer<f32>,
-    k: usize,
-    label: &str,
-    fusion: &TopKFusion<'_, f32>,
+    (k, label, fusion): (usize, &str, &TopKFusion<'_, f32>),
     floor_ms: f64,
     cases: &mut Vec<Case>,
 ) {
@@ -179,25 +160,37 @@ fn bench_top_k_fused(
     let mut out =
         TopK { values: gpu.alloc_zeroed::<f32>(k).unwrap(), indices: gpu.alloc_zeroed::<u64>(k).unwrap() };
     let name = format!("bitonic fused-{label} f32 n=2^{} k={k} uniform", n.trailing_zeros());
+    record_top_k_case(criterion, gpu, data, name, (floor_ms, None), cases, || {
+        gpu.top_k_fused_into(data, k, &options, fusion, &mut workspace, &mut out)
+    });
+}
+
+/// Times `work` (a top-k of `data`) as the case `name` of the `top_k` group, and records it
+/// with the read floor and the cost model's prediction.
+fn record_top_k_case<K: SelectKey>(
+    criterion: &mut Criterion,
+    gpu: &Gpu,
+    data: &DeviceBuffer<K>,
+    name: String,
+    (floor_ms, predicted_ms): (f64, Option<f64>),
+    cases: &mut Vec<Case>,
+    mut work: impl FnMut() -> gpu_select::Result<()>,
+) {
     let mut samples = Samples::default();
     let mut group = criterion.benchmark_group("top_k");
     group.throughput(Throughput::Bytes(data.bytes() as u64));
     group.bench_function(BenchmarkId::from_parameter(&name), |b| {
-        b.iter_custom(|iterations| {
-            timed(gpu, &mut samples, iterations, || {
-                gpu.top_k_fused_into(data, k, &options, fusion, &mut workspace, &mut out)
-            })
-        })
+        b.iter_custom(|iterations| timed(gpu, &mut samples, iterations, &mut work))
     });
     group.finish();
     cases.push(Case {
         group: "top_k",
         name,
-        elements: n as u64,
+        elements: data.len() as u64,
         bytes: data.bytes() as u64,
         median_ms: samples.median(),
         floor_ms,
-        predicted_ms: None,
+        predicted_ms,
     });
 }
 
@@ -746,6 +739,15 @@ fn emulator_demo(reason: &str) {
         gpu.download(&top.values).unwrap(),
         gpu.download(&top.indices).unwrap()
     );
+    // The same keys, filtered inside the top-k's kernels: the largest up to 0.9.
+    let below = TopKFusion::default().with_filter(InputFilter::Range { low: f32::NEG_INFINITY, high: 0.9 });
+    let options = TopKOptions::new(Order::Largest);
+    let (top, ms) = gpu.time_ms(|| gpu.top_k_fused(&device_keys, 3, &options, &below)).unwrap();
+    println!(
+        "top 3 of the keys up to 0.9 (fused range filter) in {ms:.1} ms (emulated): {:?} at {:?}",
+        gpu.download(&top.values).unwrap(),
+        gpu.download(&top.indices).unwrap()
+    );
     let mut scratch = gpu.alloc_zeroed::<u32>(1).unwrap();
     let max_bits = gpu.read_pass(&device_keys, &mut scratch).unwrap();
     println!(
@@ -841,7 +843,7 @@ fn main() {
                 for k in [32, 1024] {
                     step += 1;
                     eprintln!("[{step}/{total}] top_k f32 n=2^{log_n} k={k} fused {label}");
-                    bench_top_k_fused(&mut criterion, &gpu, &keys, k, label, fusion, floor_ms, &mut cases);
+                    bench_top_k_fused(&mut criterion, &gpu, &keys, (k, label, fusion), floor_ms, &mut cases);
                 }
             }
             drop(mask);
