@@ -246,8 +246,7 @@ impl BitonicPlan {
 /// carves it, so the two cannot disagree.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct BitonicWorkspace {
-    keys: [usize; 2],
-    indices: [usize; 2],
+    between: ChainBuffers,
     sample_keys: usize,
     sample_indices: usize,
     filtered_keys: usize,
@@ -259,10 +258,8 @@ pub(super) struct BitonicWorkspace {
 
 impl BitonicWorkspace {
     pub(super) fn new(plan: &BitonicPlan, k: u32, key_bytes: usize) -> Self {
-        let most = plan.passes().map(|pass| pass.blocks as usize * k as usize).max().unwrap_or(0);
         let mut carver = WorkspaceCarver::default();
-        let keys = [carver.region(most * key_bytes), carver.region(most * key_bytes)];
-        let indices = [carver.region(most * 8), carver.region(most * 8)];
+        let between = ChainBuffers::carve(&mut carver, plan.passes(), k, key_bytes);
         let sample_keys = carver.region(k as usize * key_bytes);
         let sample_indices = carver.region(k as usize * 8);
         let room = plan.tight.as_ref().map_or(0, |tight| tight.room as usize);
@@ -271,8 +268,7 @@ impl BitonicWorkspace {
         let counters_bytes = plan.counters() * 8;
         let counters = carver.region(counters_bytes);
         Self {
-            keys,
-            indices,
+            between,
             sample_keys,
             sample_indices,
             filtered_keys,
@@ -300,7 +296,7 @@ impl Gpu {
     ) -> Result<()> {
         let layout = BitonicWorkspace::new(plan, k, size_of::<K>());
         let at = |offset: usize| workspace_base + offset as u64;
-        let between = [0, 1].map(|i| (at(layout.keys[i]), at(layout.indices[i])));
+        let between = layout.between.at(workspace_base);
         let run_chain = |chain: Chain<K>, output: (u64, u64)| {
             self.run_chain(data, order, between, chain.fused(fusion), output)
         };
@@ -413,6 +409,35 @@ impl Gpu {
             indices_in = GlobalPtr::from_address(indices_out);
         }
         Ok(())
+    }
+}
+
+/// The two ping-pong buffers (keys and indices) between the passes of a workspace's
+/// chains, each as big as the most candidates one of their passes writes.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct ChainBuffers {
+    keys: [usize; 2],
+    indices: [usize; 2],
+}
+
+impl ChainBuffers {
+    /// Carves them for chains of `passes` keeping `k`.
+    pub(super) fn carve<'a>(
+        carver: &mut WorkspaceCarver,
+        passes: impl IntoIterator<Item = &'a Pass>,
+        k: u32,
+        key_bytes: usize,
+    ) -> Self {
+        let most = passes.into_iter().map(|pass| pass.blocks as usize * k as usize).max().unwrap_or(0);
+        let keys = [carver.region(most * key_bytes), carver.region(most * key_bytes)];
+        let indices = [carver.region(most * 8), carver.region(most * 8)];
+        Self { keys, indices }
+    }
+
+    /// Their (keys, indices) addresses in a workspace at `base`, as [`Gpu::run_chain`] takes
+    /// them.
+    pub(super) fn at(&self, base: u64) -> [(u64, u64); 2] {
+        [0, 1].map(|i| (base + self.keys[i] as u64, base + self.indices[i] as u64))
     }
 }
 
@@ -572,10 +597,10 @@ mod tests {
         let plan = BitonicPlan::new(1 << 24, 100, 132);
         let layout = BitonicWorkspace::new(&plan, 100, 4);
         let mut starts = [
-            layout.keys[0],
-            layout.keys[1],
-            layout.indices[0],
-            layout.indices[1],
+            layout.between.keys[0],
+            layout.between.keys[1],
+            layout.between.indices[0],
+            layout.between.indices[1],
             layout.sample_keys,
             layout.sample_indices,
             layout.filtered_keys,

@@ -7,7 +7,7 @@ use gpu_select_kernels::topk::heap::{
     HeapLayout, HeapParams, MAX_HEAP_K, MAX_HEAP_THREADS, heap_bytes_per_thread,
 };
 
-use super::bitonic::{Chain, ChainInput, LastPass, Pass, candidate_passes};
+use super::bitonic::{Chain, ChainBuffers, ChainInput, LastPass, Pass, candidate_passes};
 use super::{TopK, WorkspaceCarver};
 use crate::buffer::DeviceBuffer;
 use crate::error::{Error, Result};
@@ -77,8 +77,7 @@ impl HeapPlan {
 pub(super) struct HeapWorkspace {
     slot_keys: usize,
     slot_indices: usize,
-    keys: [usize; 2],
-    indices: [usize; 2],
+    between: ChainBuffers,
     pub(super) bytes: usize,
 }
 
@@ -88,10 +87,8 @@ impl HeapWorkspace {
         let slots = plan.slots(k);
         let slot_keys = carver.region(slots * key_bytes);
         let slot_indices = carver.region(slots * 8);
-        let most = plan.passes.iter().map(|pass| pass.blocks as usize * k as usize).max().unwrap_or(0);
-        let keys = [carver.region(most * key_bytes), carver.region(most * key_bytes)];
-        let indices = [carver.region(most * 8), carver.region(most * 8)];
-        Self { slot_keys, slot_indices, keys, indices, bytes: carver.bytes() }
+        let between = ChainBuffers::carve(&mut carver, &plan.passes, k, key_bytes);
+        Self { slot_keys, slot_indices, between, bytes: carver.bytes() }
     }
 }
 
@@ -124,7 +121,7 @@ impl Gpu {
         self.launch(K::TOPK_HEAP, shape, params)?;
         let slots =
             ChainInput { keys: params.keys_out, indices: params.indices_out, count: GlobalPtr::null() };
-        let between = [0, 1].map(|i| (at(layout.keys[i]), at(layout.indices[i])));
+        let between = layout.between.at(workspace_base);
         let output = (out.values.global_ptr().address(), out.indices.global_ptr().address());
         self.run_chain(data, order, between, Chain::over(&plan.passes, k, slots), output)
     }
