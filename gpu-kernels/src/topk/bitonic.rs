@@ -58,7 +58,7 @@ use crate::device::{self, SharedLayout, SharedRegion, SharedSlice};
 use crate::key::{Key, OrderedBits};
 use crate::params::{GlobalPtr, Order};
 use crate::thread::pair_after;
-use crate::topk::fusion::Fusion;
+use crate::topk::fusion::{Fusion, TRANSFORM_AFFINE, TRANSFORM_MAGNITUDE};
 use crate::warp::bitonic::{WarpPairs, fold_sorted_runs, reduce_runs, sort_runs};
 
 /// Threads per block.
@@ -317,12 +317,10 @@ unsafe fn scan_tiles<K: Key>(
     // The bound starts at the one the host passed (from the sample), or at "everything
     // passes", also when the sample's result there is padding (a filter admitted fewer).
     if device::thread_idx_x() == 0 {
-        let prune_index =
-            if params.prune_key.is_null() { NO_INDEX } else { unsafe { params.prune_index.read(0) } };
-        let (bits, position) = if prune_index == NO_INDEX {
+        let (bits, position) = if params.prune_key.is_null() {
             (K::Bits::MAX, u32::MAX)
         } else {
-            (params.fusion.rank_bits(unsafe { params.prune_key.read(0) }, largest), prune_index as u32)
+            unsafe { params.fusion.bound(params.prune_key, params.prune_index, largest) }
         };
         unsafe {
             bound_bits.store(0, bits);
@@ -651,15 +649,41 @@ pub const FILTER_THREADS: u32 = 256;
 /// [`FILTER_THREADS`] threads, `len < 2^32`, outputs of `capacity` elements.
 #[inline(always)]
 pub unsafe fn filter_inside<K: Key>(params: FilterParams<K>) {
-    let largest = Order::from_raw(params.order) == Order::Largest;
+    // One loop per transform and filter, chosen once: the per-key dispatch cost the loop a
+    // third more instructions (and branches between the loads and their uses).
     let fusion = params.fusion;
-    // A bound that is padding (the sample's filter admitted fewer) lets every input in.
-    let bound_index = unsafe { params.bound_index.read(0) };
-    let (bound_bits, bound_position) = if bound_index == NO_INDEX {
-        (K::Bits::MAX, u32::MAX)
-    } else {
-        (fusion.rank_bits(unsafe { params.bound_key.read(0) }, largest), bound_index as u32)
+    let admit_all = |_: K, _: u64| true;
+    let admit = |key: K, position: u64| unsafe { fusion.admits(key, position) };
+    let (scale, offset) = fusion.affine_terms::<K>();
+    unsafe {
+        match (fusion.transform, fusion.admits_all()) {
+            (TRANSFORM_MAGNITUDE, true) => filter_tiles(&params, K::magnitude, admit_all),
+            (TRANSFORM_MAGNITUDE, false) => filter_tiles(&params, K::magnitude, admit),
+            (TRANSFORM_AFFINE, true) => filter_tiles(&params, |key: K| key.affine(scale, offset), admit_all),
+            (TRANSFORM_AFFINE, false) => filter_tiles(&params, |key: K| key.affine(scale, offset), admit),
+            (_, true) => filter_tiles(&params, |key| key, admit_all),
+            (_, false) => filter_tiles(&params, |key| key, admit),
+        }
+    }
+}
+
+/// [`filter_inside`]'s loop, ranking by `ranked` and filtering by `admits`.
+///
+/// # Safety
+/// As [`filter_inside`]; `admits` reads only what the fusion's filter may.
+#[inline(always)]
+unsafe fn filter_tiles<K: Key>(
+    params: &FilterParams<K>,
+    ranked: impl Fn(K) -> K,
+    admits: impl Fn(K, u64) -> bool,
+) {
+    let largest = Order::from_raw(params.order) == Order::Largest;
+    let rank_bits = |key: K| {
+        let ordered = ranked(key).to_ordered();
+        if largest { ordered.complement() } else { ordered }
     };
+    let (bound_bits, bound_position) =
+        unsafe { params.fusion.bound(params.bound_key, params.bound_index, largest) };
     let tiles = params.len.div_ceil(TOPK_TILE);
     let last = params.len - 1;
     let lane = device::lane_id();
@@ -679,8 +703,8 @@ pub unsafe fn filter_inside<K: Key>(params: FilterParams<K>) {
         for (r, &key) in keys.iter().enumerate() {
             let position = first + r as u64 * 32;
             if position < params.len
-                && !pair_after(fusion.rank_bits(key, largest), position as u32, bound_bits, bound_position)
-                && unsafe { fusion.admits(key, position) }
+                && !pair_after(rank_bits(key), position as u32, bound_bits, bound_position)
+                && admits(key, position)
             {
                 inside |= 1 << r;
             }

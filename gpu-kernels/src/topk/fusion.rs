@@ -28,6 +28,7 @@
 use crate::Key;
 use crate::key::OrderedBits;
 use crate::params::GlobalPtr;
+use crate::topk::bitonic::NO_INDEX;
 
 /// The transform: none.
 pub const TRANSFORM_IDENTITY: u32 = 0;
@@ -139,8 +140,39 @@ impl Fusion {
     pub fn ranked<K: Key>(&self, key: K) -> K {
         match self.transform {
             TRANSFORM_MAGNITUDE => key.magnitude(),
-            TRANSFORM_AFFINE => key.affine(key_of(self.scale), key_of(self.offset)),
+            TRANSFORM_AFFINE => {
+                let (scale, offset) = self.affine_terms();
+                key.affine(scale, offset)
+            }
             _ => key,
+        }
+    }
+
+    /// The affine transform's factor and addend as keys.
+    #[inline(always)]
+    pub fn affine_terms<K: Key>(&self) -> (K, K) {
+        (key_of(self.scale), key_of(self.offset))
+    }
+
+    /// The pruning bound a kernel reads from `key` and `index` (a best pair of some rank,
+    /// found by an earlier pass): the ordered bits of its ranked key (complemented for
+    /// "largest") and its position. A bound whose index is [`NO_INDEX`] (padding: a filter
+    /// admitted fewer than that rank) bounds nothing: every pair is inside it.
+    ///
+    /// # Safety
+    /// `index` holds one element; so does `key` when that element is not [`NO_INDEX`].
+    #[inline(always)]
+    pub unsafe fn bound<K: Key>(
+        &self,
+        key: GlobalPtr<K>,
+        index: GlobalPtr<u64>,
+        largest: bool,
+    ) -> (K::Bits, u32) {
+        let position = unsafe { index.read(0) };
+        if position == NO_INDEX {
+            (K::Bits::MAX, u32::MAX)
+        } else {
+            (self.rank_bits(unsafe { key.read(0) }, largest), position as u32)
         }
     }
 
