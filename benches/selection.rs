@@ -133,6 +133,8 @@ fn bench_top_k<K: SelectKey>(
         Algorithm::BlockSort => "block-sort",
         Algorithm::SampleSelect => "sample",
         Algorithm::PerThreadHeap => "heap",
+        Algorithm::SortAndChoose => "sort-choose",
+        Algorithm::BucketSelect => "bucket",
         _ => "auto",
     };
     let sorted = if options.sorted { "" } else { " unsorted" };
@@ -587,6 +589,8 @@ fn top_k_sweep(gpu: &Gpu) {
         ("radix", Algorithm::RadixSelect),
         ("sample", Algorithm::SampleSelect),
         ("heap", Algorithm::PerThreadHeap),
+        ("sort-choose", Algorithm::SortAndChoose),
+        ("bucket", Algorithm::BucketSelect),
     ];
     for log_n in TOP_K_SWEEP_LOG_N {
         let n = 1usize << log_n;
@@ -774,8 +778,10 @@ fn main() {
     let bitonic = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::Bitonic);
     let radix = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::RadixSelect);
     let heap = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::PerThreadHeap);
+    let sort = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::SortAndChoose);
+    let bucket = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::BucketSelect);
     let auto = TopKOptions::new(Order::Largest);
-    let total = sizes.len() * 18 + 3 + 9 + 8;
+    let total = sizes.len() * 19 + 4 + 15 + 8;
     let mut step = 0;
     for &log_n in sizes {
         let n = 1usize << log_n;
@@ -808,11 +814,19 @@ fn main() {
             (1024, radix),
             (32, heap),
             (256, heap),
+            (1024, sort),
+            (32, bucket),
+            (1024, bucket),
         ];
         // Auto, against the best of the above: the cost model's choice.
         top_k_cases.extend([(1, auto), (32, auto), (256, auto), (1024, auto)]);
         if log_n == 28 {
-            top_k_cases.extend([(262_144, radix), (262_144, radix.with_sorted(false))]);
+            top_k_cases.extend([
+                (262_144, radix),
+                (262_144, radix.with_sorted(false)),
+                (262_144, sort),
+                (262_144, bucket),
+            ]);
         }
         for (k, options) in top_k_cases {
             step += 1;
@@ -861,7 +875,14 @@ fn main() {
                 [("ascending", ascending), ("all-equal", all_equal), ("bucket-killer", killer)]
             {
                 let data = gpu.upload(&values).unwrap();
-                for (k, options) in [(32, bitonic), (256, bitonic), (1024, bitonic), (1024, radix)] {
+                for (k, options) in [
+                    (32, bitonic),
+                    (256, bitonic),
+                    (1024, bitonic),
+                    (1024, radix),
+                    (1024, sort),
+                    (1024, bucket),
+                ] {
                     step += 1;
                     eprintln!("[{step}/{total}] top_k f32 n=2^{log_n} k={k} {:?} {label}", options.algorithm);
                     bench_top_k(&mut criterion, &gpu, &data, (k, options), label, floor_ms, &mut cases);

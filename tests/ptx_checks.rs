@@ -50,6 +50,7 @@ fn every_table_kernel_is_exported_with_the_host_parameter_size() {
     use gpu_select_kernels::topk::heap::HeapParams;
     use gpu_select_kernels::topk::radix::RadixParams;
     use gpu_select_kernels::topk::rows::RowsParams;
+    use gpu_select_kernels::topk::sort_choose::SortChooseParams;
     for (arch, ptx) in [("sm_80", PTX_SM80), ("sm_90", PTX_SM90)] {
         assert!(ptx.contains(&format!(".target {arch}")), "{arch} PTX targets another architecture");
         for name in all_kernel_names() {
@@ -61,6 +62,7 @@ fn every_table_kernel_is_exported_with_the_host_parameter_size() {
                 _ if name.starts_with("topk_heap_") => size_of::<HeapParams<f32>>(),
                 _ if name.starts_with("radix_") => size_of::<RadixParams<f32>>(),
                 _ if name.starts_with("sample_select_") => size_of::<SampleParams<f32>>(),
+                _ if name.starts_with("sort_choose_") => size_of::<SortChooseParams<f32>>(),
                 _ if name.starts_with("merge_runs_") => size_of::<MergeParams<f32>>(),
                 _ if name.starts_with("top_k_rows_") => size_of::<RowsParams<f32>>(),
                 _ if name.starts_with("probe_") => size_of::<ProbeParams>(),

@@ -76,6 +76,11 @@ fn check_all<K: TestKey>() {
                     let heap = TopKOptions::new(order).with_algorithm(Algorithm::PerThreadHeap);
                     check(&gpu, &data, k, heap, &format!("{context} per-thread heap"));
                 }
+                let sort = TopKOptions::new(order).with_algorithm(Algorithm::SortAndChoose);
+                check(&gpu, &data, k, sort, &format!("{context} sort & choose"));
+                let bucket = TopKOptions::new(order).with_algorithm(Algorithm::BucketSelect);
+                check(&gpu, &data, k, bucket.with_sorted(false), &format!("{context} bucket unsorted"));
+                check(&gpu, &data, k, bucket, &format!("{context} bucket sorted"));
             }
         }
     }
@@ -268,6 +273,37 @@ fn a_bound_that_lets_too_many_through_falls_back_to_the_safe_bound() {
 }
 
 #[test]
+fn bucket_select_ends_on_ranges_that_equal_widths_split_badly() {
+    // A cluster of tiny distinct keys and a few huge ones: equal widths in value leave the
+    // whole cluster in one bucket for many levels, until the buckets split the ordered bits
+    // instead (after 16 levels); and keys with no finite width at all (inf, NaN).
+    let gpu = common::gpu();
+    let n = 20_000;
+    let mut tiny: Vec<f64> =
+        (0..n).map(|i| (i as f64) * 1e-300 * if i % 3 == 0 { -1.0 } else { 1.0 }).collect();
+    for j in 0..5 {
+        tiny[j * 3001 + 7] = 1e300 - j as f64 * 1e290;
+    }
+    let mut subnormal: Vec<f32> = (0..n).map(|i| f32::from_bits(i as u32 * 7 % 9001)).collect();
+    subnormal[11] = 3e38;
+    subnormal[12_345] = -3e38;
+    let mut specials: Vec<f32> = (0..n).map(|i| (i % 1000) as f32).collect();
+    for (j, &value) in
+        [f32::INFINITY, f32::NAN, f32::NEG_INFINITY, -f32::NAN, f32::INFINITY].iter().enumerate()
+    {
+        specials[j * 999] = value;
+    }
+    for order in [Order::Largest, Order::Smallest] {
+        let bucket = TopKOptions::new(order).with_algorithm(Algorithm::BucketSelect);
+        for k in [1, 10, 3000, n] {
+            check(&gpu, &tiny, k, bucket, &format!("f64 tiny cluster and outliers, k={k} {order:?}"));
+            check(&gpu, &subnormal, k, bucket, &format!("f32 subnormals and outliers, k={k} {order:?}"));
+            check(&gpu, &specials, k, bucket, &format!("f32 with inf and NaN, k={k} {order:?}"));
+        }
+    }
+}
+
+#[test]
 fn algorithms_agree_with_each_other() {
     let gpu = common::gpu();
     for n in [1usize, 100, 2048] {
@@ -279,6 +315,8 @@ fn algorithms_agree_with_each_other() {
                 Algorithm::RadixSelect,
                 Algorithm::SampleSelect,
                 Algorithm::PerThreadHeap,
+                Algorithm::SortAndChoose,
+                Algorithm::BucketSelect,
                 Algorithm::Auto,
             ]
             .into_iter()
@@ -551,6 +589,8 @@ fn inputs_above_2_pow_31_on_a_gpu() {
         Algorithm::RadixSelect,
         Algorithm::SampleSelect,
         Algorithm::PerThreadHeap,
+        Algorithm::SortAndChoose,
+        Algorithm::BucketSelect,
     ] {
         let options = TopKOptions::new(Order::Largest).with_algorithm(algorithm);
         let top = gpu.top_k_with(&device_data, 3, &options).unwrap();
@@ -576,6 +616,8 @@ fn inputs_of_2_pow_32_and_more_on_a_gpu() {
     data[5] = -1.0;
     let device_data = gpu.upload(&data).unwrap();
     drop(data);
+    // Not bucket select: its buffers hold every input, 25 bytes per f32 key with the
+    // oracles, more than an 80 GB GPU holds here (run 66: `OutOfMemory`, as it should).
     for algorithm in [Algorithm::Auto, Algorithm::RadixSelect, Algorithm::SampleSelect] {
         let options = TopKOptions::new(Order::Largest).with_algorithm(algorithm);
         let top = gpu.top_k_with(&device_data, 4, &options).unwrap();
@@ -585,6 +627,9 @@ fn inputs_of_2_pow_32_and_more_on_a_gpu() {
         let top = gpu.top_k_with(&device_data, 2, &options).unwrap();
         assert_eq!(gpu.download(&top.indices).unwrap(), [5, 0], "{algorithm:?}");
     }
-    let bitonic = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::Bitonic);
-    assert!(matches!(gpu.top_k_with(&device_data, 4, &bitonic), Err(Error::InvalidArgument { .. })));
+    for algorithm in [Algorithm::Bitonic, Algorithm::PerThreadHeap, Algorithm::SortAndChoose] {
+        let options = TopKOptions::new(Order::Largest).with_algorithm(algorithm);
+        let result = gpu.top_k_with(&device_data, 4, &options);
+        assert!(matches!(result, Err(Error::InvalidArgument { .. })), "{algorithm:?}");
+    }
 }

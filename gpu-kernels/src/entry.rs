@@ -13,7 +13,8 @@ use crate::params::BlockSortParams;
 use crate::probe::{ProbeParams, global_atomics, indices, shared_memory, warp_collectives};
 use crate::select::sample::{
     SampleParams, choose as sample_choose_body, count as sample_count_body, filter as sample_filter_body,
-    gather as sample_gather_body, nearest as sample_nearest_body, sample as sample_sample_body,
+    gather as sample_gather_body, nearest as sample_nearest_body, range as sample_range_body,
+    sample as sample_sample_body,
 };
 use crate::topk::bitonic::{
     FilterParams, TopKParams, filter_inside, reduce_q1, reduce_q2, reduce_q4, reduce_q8, reduce_q16,
@@ -30,6 +31,10 @@ use crate::topk::rows::{
 use crate::topk::rows_merge::merge_rows;
 use crate::topk::rows_radix::select_rows_radix;
 use crate::topk::rows_warp_radix::select_rows_warp_radix;
+use crate::topk::sort_choose::{
+    SortChooseParams, count as sort_choose_count_body, scan as sort_choose_scan_body,
+    scatter as sort_choose_scatter_body,
+};
 
 /// A kernel the host can launch: the PTX symbol and the body the emulator runs.
 pub struct KernelId<P> {
@@ -78,6 +83,14 @@ pub trait KernelKey: Key {
     const RADIX_CHOOSE: KernelId<RadixParams<Self>>;
     /// Radix-select top-k: outputs and candidates of one level.
     const RADIX_FILTER: KernelId<RadixParams<Self>>;
+    /// Sort & choose: histogram of one radix-sort pass's digit per block.
+    const SORT_CHOOSE_COUNT: KernelId<SortChooseParams<Self>>;
+    /// Sort & choose: the blocks' places per digit (one block).
+    const SORT_CHOOSE_SCAN: KernelId<SortChooseParams<Self>>;
+    /// Sort & choose: one stable radix-sort pass (the last writes the first `k`).
+    const SORT_CHOOSE_SCATTER: KernelId<SortChooseParams<Self>>;
+    /// Bucket select: the data's smallest and largest rank, before level 0.
+    const SAMPLE_SELECT_RANGE: KernelId<SampleParams<Self>>;
     /// SampleSelect: a level's sample and splitters (or the base case).
     const SAMPLE_SELECT_SAMPLE: KernelId<SampleParams<Self>>;
     /// SampleSelect: buckets, oracles and histograms of a level.
@@ -142,6 +155,10 @@ crate::__kernel_table! {
         RADIX_COUNT = radix_count(RadixParams) => radix_count_body;
         RADIX_CHOOSE = radix_choose(RadixParams) => radix_choose_body;
         RADIX_FILTER = radix_filter(RadixParams) => radix_filter_body;
+        SORT_CHOOSE_COUNT = sort_choose_count(SortChooseParams) => sort_choose_count_body;
+        SORT_CHOOSE_SCAN = sort_choose_scan(SortChooseParams) => sort_choose_scan_body;
+        SORT_CHOOSE_SCATTER = sort_choose_scatter(SortChooseParams) => sort_choose_scatter_body;
+        SAMPLE_SELECT_RANGE = sample_select_range(SampleParams) => sample_range_body;
         SAMPLE_SELECT_SAMPLE = sample_select_sample(SampleParams) => sample_sample_body;
         SAMPLE_SELECT_COUNT = sample_select_count(SampleParams) => sample_count_body;
         SAMPLE_SELECT_CHOOSE = sample_select_choose(SampleParams) => sample_choose_body;

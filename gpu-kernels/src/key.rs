@@ -127,6 +127,12 @@ pub trait Key: Copy + PartialOrd + Default + Send + Sync + core::fmt::Debug + 's
     /// `self · scale + offset`: for floats two roundings (a multiply, then an add), for
     /// integers wrapping.
     fn affine(self, scale: Self, offset: Self) -> Self;
+    /// The key as an `f64` (rounded to nearest for 64-bit integers beyond 2^53).
+    fn to_f64(self) -> f64;
+    /// The key nearest to `value`: rounded for floats; for integers truncated towards zero
+    /// and saturated at the type's range (NaN gives 0). Monotone: a larger `value` never
+    /// gives a smaller key.
+    fn from_f64(value: f64) -> Self;
 }
 
 macro_rules! float_key {
@@ -157,6 +163,14 @@ macro_rules! float_key {
             fn affine(self, scale: Self, offset: Self) -> Self {
                 self * scale + offset
             }
+            #[inline(always)]
+            fn to_f64(self) -> f64 {
+                self as f64
+            }
+            #[inline(always)]
+            fn from_f64(value: f64) -> Self {
+                value as $float
+            }
         }
     };
 }
@@ -184,6 +198,14 @@ macro_rules! signed_key {
             fn affine(self, scale: Self, offset: Self) -> Self {
                 self.wrapping_mul(scale).wrapping_add(offset)
             }
+            #[inline(always)]
+            fn to_f64(self) -> f64 {
+                self as f64
+            }
+            #[inline(always)]
+            fn from_f64(value: f64) -> Self {
+                value as $int
+            }
         }
     };
 }
@@ -210,6 +232,23 @@ macro_rules! unsigned_key {
             #[inline(always)]
             fn affine(self, scale: Self, offset: Self) -> Self {
                 self.wrapping_mul(scale).wrapping_add(offset)
+            }
+            #[inline(always)]
+            fn to_f64(self) -> f64 {
+                self as f64
+            }
+            #[inline(always)]
+            fn from_f64(value: f64) -> Self {
+                // Saturating, NaN to 0 (as `as` does), written out so that the branch to
+                // the unchecked conversion is visible.
+                if value.is_nan() || value <= 0.0 {
+                    0
+                } else if value >= <$int>::MAX as f64 {
+                    <$int>::MAX
+                } else {
+                    // SAFETY: finite, positive and below MAX: it truncates into range.
+                    unsafe { value.to_int_unchecked() }
+                }
             }
         }
     };

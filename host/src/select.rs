@@ -8,8 +8,8 @@ use gpu_select_kernels::block::tiles::TILE;
 use gpu_select_kernels::params::GlobalPtr;
 use gpu_select_kernels::select::sample::{
     LEVEL_SLOTS, MAX_BUCKET_BITS, MAX_BUCKETS, MAX_EXACT_BUCKET_BITS, MAX_SAMPLE, MAX_SAMPLE_BLOCKS,
-    NearestLayout, SAMPLE_THREADS, SPLITTER_SLOTS, SampleChooseLayout, SampleLevel, SampleOutcome,
-    SampleParams, SamplePassLayout, SampleSortLayout, WINDOW_BITS, flags,
+    NearestLayout, RangeLayout, SAMPLE_THREADS, SPLITTER_SLOTS, SampleChooseLayout, SampleLevel,
+    SampleOutcome, SampleParams, SamplePassLayout, SampleSortLayout, WINDOW_BITS, flags,
 };
 
 use crate::buffer::{DeviceBuffer, DeviceValue};
@@ -198,6 +198,9 @@ impl SamplePlan {
         } else {
             n - n / 4
         };
+        // Bucket select's target bucket may hold any share of the candidates (equal widths
+        // know nothing of the data's shape), so its buffers hold all of them.
+        let kept = if flags & flags::EQUAL_WIDTH != 0 { n } else { kept };
         let capacity = if buffered { kept.max(MAX_SAMPLE as u64) } else { 0 };
         Self { policy, blocks: blocks as u32, capacity, flags }
     }
@@ -227,6 +230,8 @@ pub(crate) struct SampleWorkspace {
     levels: usize,
     outcome: usize,
     totals: usize,
+    /// Bucket select's range (two words).
+    range: usize,
     /// Bytes from the start cleared before the first launch.
     cleared: usize,
     splitters: usize,
@@ -250,6 +255,7 @@ impl SampleWorkspace {
         let levels = carver.region(LEVEL_SLOTS * size_of::<SampleLevel>());
         let outcome = carver.region(size_of::<SampleOutcome>());
         let totals = carver.region(2 * MAX_BUCKETS * 8);
+        let range = carver.region(if plan.flags & flags::EQUAL_WIDTH != 0 { 16 } else { 0 });
         let cleared = carver.bytes() - start;
         let splitters = carver.region(SPLITTER_SLOTS * 8);
         let blocks = plan.blocks as usize;
@@ -266,6 +272,7 @@ impl SampleWorkspace {
             levels,
             outcome,
             totals,
+            range,
             cleared,
             splitters,
             cumulative,
@@ -489,6 +496,7 @@ impl Gpu {
             buffer_indices: layout.buffer_indices.map(|offset| at(workspace_base, offset)),
             capacity: plan.capacity,
             seed: SAMPLE_SEED,
+            range: at(workspace_base, layout.range),
             blocks: plan.blocks,
             level: 0,
             order: order.to_raw(),
@@ -526,6 +534,10 @@ impl Gpu {
         // Selection keeps no order among a level's candidates: the cheaper gather serves.
         let filter =
             if plan.flags & flags::EMIT != 0 { K::SAMPLE_SELECT_FILTER } else { K::SAMPLE_SELECT_GATHER };
+        if plan.flags & flags::EQUAL_WIDTH != 0 {
+            let range = LaunchShape { shared_bytes: RangeLayout::new().bytes, ..pass };
+            self.launch(K::SAMPLE_SELECT_RANGE, range, params)?;
+        }
         let mut level = 0;
         let mut batch = plan.expected_levels(n);
         while (level as usize) < LEVEL_SLOTS {
@@ -543,9 +555,12 @@ impl Gpu {
             }
             batch = 2;
         }
-        Err(Error::invalid(format!(
-            "SampleSelect did not finish in {LEVEL_SLOTS} levels (the samples kept missing the data's shape)"
-        )))
+        let (algorithm, cause) = if plan.flags & flags::EQUAL_WIDTH != 0 {
+            ("bucket select", "the equal-width buckets kept splitting the data badly")
+        } else {
+            ("SampleSelect", "the samples kept missing the data's shape")
+        };
+        Err(Error::invalid(format!("{algorithm} did not finish in {LEVEL_SLOTS} levels ({cause})")))
     }
 
     fn read_outcome(&self, address: u64) -> Result<SampleRun> {

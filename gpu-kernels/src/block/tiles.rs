@@ -53,6 +53,26 @@ pub fn block_range(len: u64, blocks: u32) -> (u64, u64) {
     (start, end)
 }
 
+/// The keys of the tile at `tile_start`: key `tile_start + 256·i + thread` in item `i`
+/// (past `end`: the last key, to be ignored). Only a block's last tile checks bounds.
+///
+/// # Safety
+/// `keys` holds at least `end` keys, and `tile_start < end`.
+#[inline(always)]
+pub unsafe fn load_keys<K: Copy + Default>(keys: GlobalPtr<K>, tile_start: u64, end: u64) -> [K; TILE_ITEMS] {
+    let first = tile_start + device::thread_idx_x() as u64;
+    let mut tile = [K::default(); TILE_ITEMS];
+    if tile_start + TILE <= end {
+        unroll_items!(i => { tile[i] = unsafe { keys.read(first + (i as u64) * TILE_THREADS as u64) }; });
+    } else {
+        unroll_items!(i => {
+            let at = (first + (i as u64) * TILE_THREADS as u64).min(end - 1);
+            tile[i] = unsafe { keys.read(at) };
+        });
+    }
+    tile
+}
+
 /// Counts buckets into a block's histogram, one thread's items at a time: a run of equal
 /// buckets is added with one atomic when the bucket changes (CUB's run-length trick).
 /// Skewed buckets (the exponent byte of floats, sorted or all-equal inputs) would otherwise

@@ -345,6 +345,16 @@ pub unsafe fn global_atomic_add_u64(address: *mut u64, value: u64) -> u64 {
         .fetch_add(value, core::sync::atomic::Ordering::Relaxed)
 }
 
+/// Atomic maximum on a global 64-bit word; returns the old value. *Any thread.*
+///
+/// # Safety
+/// As [`global_atomic_add_u32`], 8-byte aligned.
+#[inline(always)]
+pub unsafe fn global_atomic_max_u64(address: *mut u64, value: u64) -> u64 {
+    unsafe { core::sync::atomic::AtomicU64::from_ptr(address) }
+        .fetch_max(value, core::sync::atomic::Ordering::Relaxed)
+}
+
 /// Atomic minimum on a global word; returns the old value. *Any thread.*
 ///
 /// # Safety

@@ -48,7 +48,7 @@ use crate::block::bitonic_sort::{
 };
 use crate::block::tiles::{
     BucketRuns, HISTOGRAM_BUCKETS, TILE, TILE_COUNT_SET, TILE_ITEMS, TILE_THREADS, TILE_WARPS, block_range,
-    place_in_order, publish_histogram, scan_block_offsets, unroll_items,
+    load_keys, place_in_order, publish_histogram, scan_block_offsets, unroll_items,
 };
 use crate::device::{self, SharedLayout, SharedRegion, SharedSlice};
 use crate::key::{Key, OrderedBits};
@@ -123,7 +123,16 @@ pub mod flags {
     /// splitters around the wanted rank's estimate; the nearest kernel answers only when that
     /// proves the answer the full count would give (else a full count follows).
     pub const WINDOW: u32 = 16;
+    /// Bucket select: the splitters divide the level's key range (the data's minimum to
+    /// maximum, found by `sample_select_range_<key>`, then the target bucket's bounds)
+    /// into equal widths instead of coming from a sample; see [`equal_width_splitter`](super::equal_width_splitter).
+    pub const EQUAL_WIDTH: u32 = 32;
 }
+
+/// Levels of bucket select that split key *values* into equal widths; later levels split
+/// the rank bits evenly, so that a skewed range (an outlier far from the rest) still ends
+/// in at most `bits / 8` more levels.
+pub const VALUE_WIDTH_LEVELS: u32 = 16;
 
 /// The state of one level in device memory: the sample kernel initialises level 0; the
 /// choose kernel of level `L` writes its decision and level `L + 1`. The host clears all
@@ -143,6 +152,10 @@ pub struct SampleLevel {
     pub written: u64,
     /// The choose kernel's decision.
     pub decision: SampleDecision,
+    /// `EQUAL_WIDTH`: the lowest rank bits the candidates may have (widened to 64).
+    pub low: u64,
+    /// `EQUAL_WIDTH`: the highest.
+    pub high: u64,
 }
 
 /// What a level's choose kernel decides; its filter acts on it.
@@ -216,6 +229,10 @@ pub struct SampleParams<K> {
     pub capacity: u64,
     /// Seed of the sample positions.
     pub seed: u64,
+    /// `EQUAL_WIDTH`: two words, cleared before the first launch, where
+    /// `sample_select_range_<key>` leaves the data's range: the largest complement of a
+    /// rank, then the largest rank.
+    pub range: GlobalPtr<u64>,
     /// Blocks of the count and filter launches (at most [`MAX_SAMPLE_BLOCKS`]).
     pub blocks: u32,
     /// The level this launch works on.
@@ -242,6 +259,11 @@ impl<K: Key> SampleParams<K> {
     }
 
     /// The candidates of `level`: keys, indices (null: positions), count.
+    /// How many candidates the level has.
+    fn candidates(&self, level: &SampleLevel) -> u64 {
+        if level.source == source::DATA { self.len } else { level.len }
+    }
+
     fn storage(&self, level: &SampleLevel) -> (GlobalPtr<K>, GlobalPtr<u64>, u64) {
         match level.source {
             source::DATA => (self.data, GlobalPtr::null(), self.len),
@@ -386,18 +408,27 @@ unsafe fn read_level<K: Key>(params: &SampleParams<K>) -> SampleLevel {
 /// the previous level's choose kernel has run.
 pub unsafe fn sample<K: Key>(params: SampleParams<K>) {
     let level_index = params.level;
-    let level = unsafe { read_level(&params) };
+    let mut level = unsafe { read_level(&params) };
     let thread = device::thread_idx_x() as usize;
+    if level_index == 0 && params.has(flags::EQUAL_WIDTH) {
+        level.low = !unsafe { params.range.read(0) };
+        level.high = unsafe { params.range.read(1) };
+    }
     if level_index == 0 && thread == 0 {
         unsafe { params.levels.write(0, level) };
     }
     if level.source == source::NONE {
         return;
     }
+    // The base case: all candidates fit one sort, and the sample is all of them.
+    let base = params.candidates(&level) <= MAX_SAMPLE as u64;
+    if params.has(flags::EQUAL_WIDTH) && !base {
+        unsafe { equal_width_splitters(&params, level) };
+        return;
+    }
+    // Only now: picking the keys' pointer before that branch gave the kernel a stack frame.
     let flip = params.flip();
     let (keys, _, len) = params.storage(&level);
-    // The base case: all candidates fit one sort, and the sample is all of them.
-    let base = len <= MAX_SAMPLE as u64;
     let count = if base { len as u32 } else { params.sample_size };
     let capacity = sort_capacity(count) as usize;
     let layout = SampleSortLayout::<K::Bits>::new();
@@ -479,21 +510,133 @@ pub unsafe fn sample<K: Key>(params: SampleParams<K>) {
     }
 }
 
-/// The keys of the tile at `tile_start`: key `tile_start + 256·i + thread` in item `i`
-/// (past `end`: the last key, to be ignored). Only a block's last tile checks bounds.
-#[inline(always)]
-unsafe fn load_keys<K: Copy + Default>(keys: GlobalPtr<K>, tile_start: u64, end: u64) -> [K; TILE_ITEMS] {
-    let first = tile_start + device::thread_idx_x() as u64;
-    let mut tile = [K::default(); TILE_ITEMS];
-    if tile_start + TILE <= end {
-        unroll_items!(i => { tile[i] = unsafe { keys.read(first + (i as u64) * TILE_THREADS as u64) }; });
-    } else {
-        unroll_items!(i => {
-            let at = (first + (i as u64) * TILE_THREADS as u64).min(end - 1);
-            tile[i] = unsafe { keys.read(at) };
-        });
+/// Bucket select's splitter `j` (0 to `buckets − 2`) of the rank range `[low, high]`: the
+/// key at `(j + 1)/buckets` of the way from the key of rank `low` to that of rank `high`,
+/// in value, while `by_value` and both ends are finite; else the rank bits at that
+/// fraction of the range. Nondecreasing in `j`, and inside `[low, high]`.
+pub fn equal_width_splitter<K: Key>(
+    low: u64,
+    high: u64,
+    j: u64,
+    buckets: u64,
+    flip: K::Bits,
+    by_value: bool,
+) -> u64 {
+    let key_of = |rank: u64| K::from_ordered(K::Bits::from_u64(rank).xor(flip));
+    let (first, last) = (key_of(low).to_f64(), key_of(high).to_f64());
+    if by_value && first.is_finite() && last.is_finite() {
+        // Halved, so that the width of the widest ranges does not overflow; the doubling
+        // is exact, and every step is monotone in the fraction.
+        let fraction = (j + 1) as f64 / buckets as f64;
+        let value = 2.0 * (first / 2.0 + (last / 2.0 - first / 2.0) * fraction);
+        let rank = K::from_f64(value).to_ordered().xor(flip).to_u64();
+        // Not `clamp`: its `low <= high` assertion would put a panic's arguments in a
+        // stack frame on the GPU.
+        return rank.max(low).min(high);
     }
-    tile
+    // `width · (j + 1) / buckets` without 128-bit arithmetic (its division needs a stack
+    // frame on the GPU); `buckets` is a power of two.
+    let (width, step) = (high - low, j + 1);
+    let bits = buckets.trailing_zeros();
+    low + (width >> bits) * step + (((width & (buckets - 1)) * step) >> bits)
+}
+
+/// The sample kernel's work under `EQUAL_WIDTH` (beyond the base case): the level's
+/// splitters from its rank range; a splitter that repeats the one before becomes its
+/// successor (an equality bucket), as with a sample.
+///
+/// # Safety
+/// As [`sample`].
+#[inline(always)]
+unsafe fn equal_width_splitters<K: Key>(params: &SampleParams<K>, level: SampleLevel) {
+    let splitter_count = (1u64 << params.bucket_bits) - 1;
+    let buckets = splitter_count + 1;
+    let by_value = params.level < VALUE_WIDTH_LEVELS;
+    let flip = params.flip();
+    let at = |j: u64| equal_width_splitter::<K>(level.low, level.high, j, buckets, flip, by_value);
+    let mut j = device::thread_idx_x() as u64;
+    while j < splitter_count {
+        let value = at(j);
+        let splitter =
+            if j > 0 && value == at(j - 1) { successor(K::Bits::from_u64(value)).to_u64() } else { value };
+        unsafe {
+            params.level_splitters().write(j, splitter);
+            params.splitters.write(2 * MAX_BUCKETS as u64 + j, 0);
+        }
+        j += SAMPLE_THREADS as u64;
+    }
+}
+
+/// Shared memory of the range kernel.
+#[derive(Clone, Copy, Debug)]
+pub struct RangeLayout {
+    /// Per warp: the largest complement of a rank, and the largest rank.
+    pub warp_extremes: SharedRegion<u64>,
+    /// Bytes to ask for at launch.
+    pub bytes: usize,
+}
+
+impl RangeLayout {
+    /// The layout.
+    pub const fn new() -> Self {
+        let (layout, warp_extremes) = SharedLayout::new().push::<u64>(2 * TILE_WARPS);
+        Self { warp_extremes, bytes: layout.bytes() }
+    }
+}
+
+impl Default for RangeLayout {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The `sample_select_range_<key>` kernel (bucket select, before level 0): the smallest and
+/// largest rank of the data, into [`SampleParams::range`] (one atomic maximum of each per
+/// block; the smallest as the largest complement, so that cleared memory is the identity).
+///
+/// # Safety
+/// [`SAMPLE_THREADS`] threads, [`RangeLayout::bytes`] of shared memory, `grid.x =
+/// params.blocks`; `range` cleared.
+pub unsafe fn range<K: Key>(params: SampleParams<K>) {
+    let flip = params.flip();
+    let (start, end) = block_range(params.len, params.blocks);
+    let mut lowest_complement = 0u64;
+    let mut highest = 0u64;
+    let mut tile_start = start;
+    while tile_start < end {
+        let keys = unsafe { load_keys(params.data, tile_start, end) };
+        unroll_items!(i => {
+            // Past `end` the tile repeats the last key, which is inside the range anyway.
+            let rank = keys[i].to_ordered().xor(flip).to_u64();
+            lowest_complement = lowest_complement.max(!rank);
+            highest = highest.max(rank);
+        });
+        tile_start += TILE;
+    }
+    for offset in [16, 8, 4, 2, 1] {
+        unsafe {
+            lowest_complement =
+                lowest_complement.max(device::shfl_xor_u64(device::FULL_WARP, lowest_complement, offset));
+            highest = highest.max(device::shfl_xor_u64(device::FULL_WARP, highest, offset));
+        }
+    }
+    let warp_extremes = unsafe { RangeLayout::new().warp_extremes.bind() };
+    let warp = device::warp_id() as usize;
+    if device::lane_id() == 0 {
+        unsafe {
+            warp_extremes.store(2 * warp, lowest_complement);
+            warp_extremes.store(2 * warp + 1, highest);
+        }
+    }
+    unsafe { device::sync_threads() };
+    if device::thread_idx_x() < 2 {
+        let which = device::thread_idx_x() as usize;
+        let mut extreme = 0;
+        for w in 0..TILE_WARPS {
+            extreme = extreme.max(unsafe { warp_extremes.load(2 * w + which) });
+        }
+        unsafe { device::global_atomic_max_u64(params.range.as_ptr().add(which), extreme) };
+    }
 }
 
 /// The first splitter of approximate selection's window: the window's middle is the
@@ -756,6 +899,16 @@ pub unsafe fn choose<K: Key>(params: SampleParams<K>) {
             decision.action = action::RETRY;
             Some(SampleLevel { attempt: level.attempt + 1, decision: SampleDecision::default(), ..level })
         } else {
+            // Bucket select's next range: the target bucket's bounds (the outer buckets
+            // keep the level's own).
+            let splitters = params.level_splitters();
+            let low = if target == 0 { level.low } else { unsafe { splitters.read(target as u64 - 1) } };
+            let high = if target == splitter_count {
+                level.high
+            } else {
+                let upper = unsafe { splitters.read(target as u64) };
+                upper - 1
+            };
             Some(SampleLevel {
                 source: next_source(level.source),
                 attempt: 0,
@@ -763,6 +916,8 @@ pub unsafe fn choose<K: Key>(params: SampleParams<K>) {
                 k_left,
                 written,
                 decision: SampleDecision::default(),
+                low,
+                high,
             })
         };
         if let Some(next) = next
@@ -1138,5 +1293,46 @@ pub unsafe fn nearest<K: Key>(params: SampleParams<K>) {
             let outcome = SampleOutcome { done: 1, levels, value, rank: best_rank };
             unsafe { params.outcome.write(0, outcome) };
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every splitter of a range lies inside it, and they never decrease.
+    fn check_splitters<K: Key>(low_key: K, high_key: K, flip: K::Bits, by_value: bool) {
+        let rank = |key: K| key.to_ordered().xor(flip).to_u64();
+        let (low, high) = (rank(low_key).min(rank(high_key)), rank(low_key).max(rank(high_key)));
+        let mut previous = low;
+        for j in 0..255 {
+            let splitter = equal_width_splitter::<K>(low, high, j, 256, flip, by_value);
+            assert!(
+                previous <= splitter && splitter <= high,
+                "{low_key:?}..{high_key:?} j={j} by_value={by_value}"
+            );
+            previous = splitter;
+        }
+    }
+
+    #[test]
+    fn equal_width_splitters_stay_in_the_range_and_never_decrease() {
+        for by_value in [true, false] {
+            for flip in [0u32, u32::MAX] {
+                check_splitters(-f32::MAX, f32::MAX, flip, by_value);
+                check_splitters(-0.0f32, 0.0, flip, by_value);
+                check_splitters(1e-45f32, 3e38, flip, by_value);
+                check_splitters(f32::NEG_INFINITY, f32::NAN, flip, by_value);
+                check_splitters(5u32, 9, flip, by_value);
+            }
+            for flip in [0u64, u64::MAX] {
+                check_splitters(i64::MIN, i64::MAX, flip, by_value);
+                check_splitters(-1e300f64, 1e-300, flip, by_value);
+                check_splitters(0u64, u64::MAX, flip, by_value);
+            }
+        }
+        // In value, the middle splitter of [0, 256] is 128.
+        let rank = |key: f32| key.to_ordered().to_u64();
+        assert_eq!(equal_width_splitter::<f32>(rank(0.0), rank(256.0), 127, 256, 0, true), rank(128.0));
     }
 }

@@ -58,7 +58,7 @@ use crate::device::{self, SharedLayout, SharedRegion, SharedSlice};
 use crate::key::{Key, OrderedBits};
 use crate::params::{GlobalPtr, Order};
 use crate::thread::pair_after;
-use crate::topk::fusion::{Fusion, TRANSFORM_AFFINE, TRANSFORM_MAGNITUDE};
+use crate::topk::fusion::{Fusion, TRANSFORM_AFFINE, TRANSFORM_MAGNITUDE, sorted_bits};
 use crate::warp::bitonic::{WarpPairs, fold_sorted_runs, reduce_runs, sort_runs};
 
 /// Threads per block.
@@ -317,11 +317,7 @@ unsafe fn scan_tiles<K: Key>(
     // The bound starts at the one the host passed (from the sample), or at "everything
     // passes", also when the sample's result there is padding (a filter admitted fewer).
     if device::thread_idx_x() == 0 {
-        let (bits, position) = if params.prune_key.is_null() {
-            (K::Bits::MAX, u32::MAX)
-        } else {
-            unsafe { params.fusion.bound(params.prune_key, params.prune_index, largest) }
-        };
+        let (bits, position) = unsafe { params.fusion.bound(params.prune_key, params.prune_index, largest) };
         unsafe {
             bound_bits.store(0, bits);
             bound_position.store(0, position);
@@ -678,10 +674,7 @@ unsafe fn filter_tiles<K: Key>(
     admits: impl Fn(K, u64) -> bool,
 ) {
     let largest = Order::from_raw(params.order) == Order::Largest;
-    let rank_bits = |key: K| {
-        let ordered = ranked(key).to_ordered();
-        if largest { ordered.complement() } else { ordered }
-    };
+    let rank_bits = |key: K| sorted_bits(ranked(key), largest);
     let (bound_bits, bound_position) =
         unsafe { params.fusion.bound(params.bound_key, params.bound_index, largest) };
     let tiles = params.len.div_ceil(TOPK_TILE);

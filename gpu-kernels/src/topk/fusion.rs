@@ -156,11 +156,13 @@ impl Fusion {
 
     /// The pruning bound a kernel reads from `key` and `index` (a best pair of some rank,
     /// found by an earlier pass): the ordered bits of its ranked key (complemented for
-    /// "largest") and its position. A bound whose index is [`NO_INDEX`] (padding: a filter
-    /// admitted fewer than that rank) bounds nothing: every pair is inside it.
+    /// "largest") and its position. No bound (a null `key`), or a bound whose index is
+    /// [`NO_INDEX`] (padding: a filter admitted fewer than that rank), bounds nothing:
+    /// every pair is inside it.
     ///
     /// # Safety
-    /// `index` holds one element; so does `key` when that element is not [`NO_INDEX`].
+    /// `key` is null, or `index` holds one element and so does `key` when that element is
+    /// not [`NO_INDEX`].
     #[inline(always)]
     pub unsafe fn bound<K: Key>(
         &self,
@@ -168,7 +170,7 @@ impl Fusion {
         index: GlobalPtr<u64>,
         largest: bool,
     ) -> (K::Bits, u32) {
-        let position = unsafe { index.read(0) };
+        let position = if key.is_null() { NO_INDEX } else { unsafe { index.read(0) } };
         if position == NO_INDEX {
             (K::Bits::MAX, u32::MAX)
         } else {
@@ -180,9 +182,17 @@ impl Fusion {
     /// kernels sort).
     #[inline(always)]
     pub fn rank_bits<K: Key>(&self, key: K, largest: bool) -> K::Bits {
-        let ordered = self.ranked(key).to_ordered();
-        if largest { ordered.complement() } else { ordered }
+        sorted_bits(self.ranked(key), largest)
     }
+}
+
+/// The form the kernels sort of a key already ranked (transformed): its ordered bits,
+/// complemented for "largest". Kernels that pick the transform once call this in their
+/// loop instead of [`Fusion::rank_bits`], which dispatches on the transform per key.
+#[inline(always)]
+pub fn sorted_bits<K: Key>(ranked: K, largest: bool) -> K::Bits {
+    let ordered = ranked.to_ordered();
+    if largest { ordered.complement() } else { ordered }
 }
 
 #[cfg(test)]

@@ -8,3 +8,4 @@ pub mod rows;
 pub mod rows_merge;
 pub mod rows_radix;
 pub mod rows_warp_radix;
+pub mod sort_choose;

@@ -70,6 +70,28 @@ const HEAP_MS: [[f64; 6]; 6] = [
 const RADIX: Line = Line { fixed_ms: 0.0731, per_input_ns: 9.41e-3, reads: 3.0 };
 /// SampleSelect top-k, any `k` (a count and an oracle-driven filter per level).
 const SAMPLE_SELECT: Line = Line { fixed_ms: 0.1372, per_input_ns: 6.98e-3, reads: 1.25 };
+/// Bucket select, any `k` (a range pass, then SampleSelect's levels): H100 run 64, uniform
+/// f32 at 2^24 and 2^28 (0.264 and 2.30 ms at k = 1024).
+const BUCKET_SELECT: Line = Line { fixed_ms: 0.128, per_input_ns: 8.09e-3, reads: 2.25 };
+/// Sort & choose, per pass (one per byte of the key): H100 run 65, uniform f32 at 2^24 and
+/// 2^28 (2.53 and 26.6 ms). The fixed part is mostly the one-block scan of the blocks'
+/// counts (256 · blocks of them, read by 256 threads).
+const SORT_AND_CHOOSE_PASS: Line = Line { fixed_ms: 0.23, per_input_ns: 2.39e-2, reads: 0.0 };
+
+/// Sort & choose's line for keys of `key_bytes`: one pass per byte of the key, each a count
+/// (a read of the keys) and a scatter (a read and a write of keys and 32-bit positions; the
+/// first reads no positions, the last writes only `k`), counted as reads of the keys.
+fn sort_and_choose_line(key_bytes: usize) -> Line {
+    let passes = key_bytes as f64;
+    let key = key_bytes as f64;
+    let bytes = passes * key + key + 2.0 * (passes - 1.0) * (key + 4.0);
+    Line {
+        fixed_ms: SORT_AND_CHOOSE_PASS.fixed_ms * passes,
+        per_input_ns: SORT_AND_CHOOSE_PASS.per_input_ns * passes,
+        reads: bytes / key,
+    }
+}
+
 /// The block sort of at most 2048 keys: one launch.
 const BLOCK_SORT: Line = Line { fixed_ms: 0.012, per_input_ns: 0.0, reads: 1.0 };
 
@@ -137,9 +159,11 @@ pub(crate) fn predict_ms(
             Line { fixed_ms: RADIX.fixed_ms * wide, ..RADIX }
         }
         Algorithm::SampleSelect => SAMPLE_SELECT,
+        Algorithm::BucketSelect => BUCKET_SELECT,
         // 64-bit keys: as for the bitonic top-k, the same time is assumed (their heaps take
         // more shared memory, so fewer threads: a lower bound).
         Algorithm::PerThreadHeap => return Some((heap_table_ms(n, k) * scale).max(read_ms(1.0))),
+        Algorithm::SortAndChoose => sort_and_choose_line(key_bytes),
         Algorithm::Auto => return None,
     };
     let compute_ms = line.per_input_ns * 1e-6 * n as f64 * scale;
@@ -176,6 +200,21 @@ mod tests {
                 .push((algorithm.to_string(), ms.parse().unwrap()));
         }
         by_shape
+    }
+
+    #[test]
+    fn the_baselines_are_predicted_near_their_measurements() {
+        // H100 run 65, 2^28 uniform f32, k = 1024: sort & choose 26.6 ms, bucket select 2.30.
+        for (algorithm, measured) in [(Algorithm::SortAndChoose, 26.6), (Algorithm::BucketSelect, 2.30)] {
+            let predicted = predict_ms(algorithm, 1 << 28, 1024, 4, H100).unwrap();
+            assert!((predicted / measured - 1.0).abs() < 0.1, "{algorithm:?}: {predicted} ms");
+        }
+        assert!(predict_ms(Algorithm::SortAndChoose, 1 << 32, 8, 4, H100).is_none());
+        // Neither is ever Auto's choice.
+        for (n, k) in [(1u64 << 20, 1u64), (1 << 28, 1024), (1 << 28, 262_144), (1 << 33, 8)] {
+            let chosen = cheapest(n, k, 4, H100);
+            assert!(!matches!(chosen, Algorithm::SortAndChoose | Algorithm::BucketSelect), "{chosen:?}");
+        }
     }
 
     #[test]

@@ -8,6 +8,7 @@ mod radix;
 mod rows;
 mod rows_cost;
 mod sample;
+mod sort_choose;
 
 use gpu_select_kernels::params::GlobalPtr;
 use gpu_select_kernels::topk::bitonic::MAX_BITONIC_K;
@@ -19,6 +20,7 @@ use self::heap::{HeapPlan, HeapWorkspace};
 use self::radix::{RadixPlan, RadixWorkspace};
 pub use self::rows::{PADDING_INDEX, RowsAlgorithm};
 use self::sample::{SampleTopKPlan, SampleTopKWorkspace};
+use self::sort_choose::{SortChoosePlan, SortChooseWorkspace};
 
 use crate::buffer::DeviceBuffer;
 use crate::error::{Error, Result};
@@ -62,6 +64,20 @@ pub enum Algorithm {
     /// measured against, and `Auto` does not pick it. `k ≤ 512` (with 64-bit keys, where a
     /// warp's heaps fit the device's shared memory), `n < 2^32`.
     PerThreadHeap,
+    /// Bucket select (Alabi et al.), a baseline of the bitonic top-k paper: the data's
+    /// minimum and maximum (one pass), then SampleSelect's levels with 256 buckets of equal
+    /// width in key value instead of sampled splitters, each level on the target bucket's
+    /// range. Fast on uniform data; skewed data (an outlier far from the rest) leaves most
+    /// inputs in one bucket level after level. After 16 levels the buckets split the keys'
+    /// ordered bits evenly, so it always ends. Its buffers hold every input: extra memory
+    /// `2n` keys and indices. Any `k` and `n`; `Auto` does not pick it.
+    BucketSelect,
+    /// Sort & choose, the bitonic top-k paper's simplest baseline: a radix sort of every
+    /// key with its position (8-bit digits, least significant first, each pass stable),
+    /// whose last pass writes only the first `k`. About three reads and two writes of keys
+    /// and positions per digit, whatever `k` is: it is here to be measured against, and
+    /// `Auto` does not pick it. Any `k`, `n < 2^32`; extra memory `n · (2 · key + 8)` bytes.
+    SortAndChoose,
 }
 
 impl Algorithm {
@@ -71,8 +87,11 @@ impl Algorithm {
         match self {
             Algorithm::Bitonic => k <= MAX_BITONIC_K as u64 && n < 1 << 32,
             Algorithm::PerThreadHeap => k <= MAX_HEAP_K as u64 && n < 1 << 32,
+            Algorithm::SortAndChoose => n < 1 << 32,
             Algorithm::BlockSort => n <= crate::MAX_SMALL_SORT_LEN as u64,
-            Algorithm::Auto | Algorithm::RadixSelect | Algorithm::SampleSelect => true,
+            Algorithm::Auto | Algorithm::RadixSelect | Algorithm::SampleSelect | Algorithm::BucketSelect => {
+                true
+            }
         }
     }
 }
@@ -295,6 +314,7 @@ impl Gpu {
             Plan::Heap(plan) => self.run_heap(data, k as u32, options.order, &plan, base, out),
             Plan::Radix(plan) => self.run_radix(data, k, options.order, &plan, base, out),
             Plan::Sample(plan) => self.run_sample_top_k(data, k, options.order, &plan, base, out),
+            Plan::SortChoose(plan) => self.run_sort_choose(data, k, options.order, &plan, base, out),
         }
     }
 
@@ -404,11 +424,13 @@ impl Gpu {
             Algorithm::Auto | Algorithm::RadixSelect => {
                 Ok(Plan::Radix(RadixPlan::new(n as u64, multiprocessors, options.sorted && k > 1)))
             }
-            Algorithm::SampleSelect => {
+            Algorithm::SampleSelect | Algorithm::BucketSelect => {
+                use gpu_select_kernels::select::sample::flags;
+                let equal_width = if algorithm == Algorithm::BucketSelect { flags::EQUAL_WIDTH } else { 0 };
                 let select = self.plan_select(
                     n,
                     &crate::SelectOptions::new(options.order),
-                    gpu_select_kernels::select::sample::flags::EMIT,
+                    flags::EMIT | equal_width,
                 )?;
                 Ok(Plan::Sample(SampleTopKPlan { select, sort_output: options.sorted && k > 1 }))
             }
@@ -424,6 +446,7 @@ impl Gpu {
                 )?;
                 Ok(Plan::Heap(plan))
             }
+            Algorithm::SortAndChoose => Ok(Plan::SortChoose(SortChoosePlan::new(n as u64, multiprocessors)?)),
             Algorithm::BlockSort => Err(Error::invalid(format!(
                 "Algorithm::BlockSort takes at most {} keys; the input has {n}",
                 crate::MAX_SMALL_SORT_LEN
@@ -444,6 +467,7 @@ enum Plan {
     Heap(HeapPlan),
     Radix(RadixPlan),
     Sample(SampleTopKPlan),
+    SortChoose(SortChoosePlan),
 }
 
 impl Plan {
@@ -455,6 +479,7 @@ impl Plan {
             Plan::Heap(plan) => HeapWorkspace::new(plan, k as u32, key_bytes).bytes,
             Plan::Radix(plan) => RadixWorkspace::new(plan, k, key_bytes).bytes,
             Plan::Sample(plan) => SampleTopKWorkspace::new(plan, n, k, key_bytes).bytes,
+            Plan::SortChoose(plan) => SortChooseWorkspace::new(plan, n, key_bytes).bytes,
         }
     }
 }
