@@ -89,21 +89,19 @@ impl Gpu {
             passes: passes_of::<K>(),
             order: order.to_raw(),
         };
-        let pass_shape = |shared_bytes: usize| LaunchShape {
-            grid: (plan.blocks, 1),
+        let shape = |blocks: u32, shared_bytes: usize| LaunchShape {
+            grid: (blocks, 1),
             block_threads: SORT_CHOOSE_THREADS,
             shared_bytes,
         };
-        let scan = LaunchShape {
-            grid: (1, 1),
-            block_threads: SORT_CHOOSE_THREADS,
-            shared_bytes: SortScanLayout::new().bytes,
-        };
+        let count = shape(plan.blocks, SortCountLayout::new().bytes);
+        let scan = shape(1, SortScanLayout::new().bytes);
+        let scatter = shape(plan.blocks, SortScatterLayout::<K>::new().bytes);
         for pass in 0..params.passes {
             params.pass = pass;
-            self.launch(K::SORT_CHOOSE_COUNT, pass_shape(SortCountLayout::new().bytes), params)?;
+            self.launch(K::SORT_CHOOSE_COUNT, count, params)?;
             self.launch(K::SORT_CHOOSE_SCAN, scan, params)?;
-            self.launch(K::SORT_CHOOSE_SCATTER, pass_shape(SortScatterLayout::<K>::new().bytes), params)?;
+            self.launch(K::SORT_CHOOSE_SCATTER, scatter, params)?;
         }
         Ok(())
     }
