@@ -226,16 +226,23 @@ fn pruned_passes_agree_with_the_oracle() {
     }
 }
 
-/// Uniform keys of `n` (seed `seed`) with `shift` added to every key of the tiles the bitonic
-/// top-k samples (one per stride of full_tiles / (full_tiles / 128) tiles, in the middle of
-/// each: the plan of host/src/topk/bitonic.rs).
+/// Uniform keys of `n` (seed `seed`) with `shift` added to every key the bitonic top-k
+/// samples (the plan of host/src/topk/bitonic.rs).
 fn with_sampled_tiles_shifted(n: usize, seed: u64, shift: f32) -> Vec<f32> {
+    // The plan's sample (`TileSpread::sample`): one tile per stride of full tiles, its 8
+    // warp pieces of 256 inputs spread over the stride an odd number of pieces apart.
     let full_tiles = n / 2048;
-    let stride = full_tiles / (full_tiles / 128);
+    let sample_tiles = full_tiles / 128;
+    let stride = full_tiles / sample_tiles;
+    let odd_pieces = if stride.is_multiple_of(2) { stride - 1 } else { stride - 2 };
+    let (first, step) = (256 * (odd_pieces / 2 + 1), 256 * odd_pieces);
     let mut data = generate::<f32>(n, Distribution::Uniform, seed);
-    for (i, key) in data.iter_mut().enumerate() {
-        if (i / 2048) % stride == stride / 2 {
-            *key += shift;
+    for tile in 0..sample_tiles {
+        for piece in 0..8 {
+            let start = first + tile * stride * 2048 + piece * step;
+            for key in &mut data[start..start + 256] {
+                *key += shift;
+            }
         }
     }
     data
@@ -244,9 +251,8 @@ fn with_sampled_tiles_shifted(n: usize, seed: u64, shift: f32) -> Vec<f32> {
 #[test]
 fn a_sample_unlike_the_data_falls_back_to_the_safe_bound() {
     // The bitonic top-k first prunes with a bound tighter than the sample's k-th best; when
-    // fewer than k inputs lie inside it, the safe chain must run. Here the sampled tiles
-    // (one per stride of full_tiles / (full_tiles / 128) tiles, in the middle of each: the
-    // plan of host/src/topk/bitonic.rs) hold the largest keys, so the tight bound (the
+    // fewer than k inputs lie inside it, the safe chain must run. Here the sampled inputs
+    // (`with_sampled_tiles_shifted`) hold the largest keys, so the tight bound (the
     // sample's 9th best at this size) lets only 9 inputs through: a result without the
     // safe chain would end in padding.
     let gpu = common::gpu();
@@ -262,7 +268,7 @@ fn a_sample_unlike_the_data_falls_back_to_the_safe_bound() {
 fn a_bound_that_lets_too_many_through_falls_back_to_the_safe_bound() {
     // The tight bound's chain filters the inputs inside it into room for n/64 of them; when
     // more come through, some are lost, so the chain must report padding and the safe chain
-    // run. Here the sampled tiles (as in the test above) hold keys below all others (the
+    // run. Here the sampled inputs (as in the test above) hold keys below all others (the
     // uniform keys lie in ±1000), so every other input lies inside the sample's 9th best.
     let gpu = common::gpu();
     let data = with_sampled_tiles_shifted((1 << 20) + 12_345, 6, -3000.0);

@@ -53,7 +53,7 @@ use crate::block::tiles::{
 use crate::device::{self, SharedLayout, SharedRegion, SharedSlice};
 use crate::key::{Key, OrderedBits};
 use crate::params::{GlobalPtr, Order};
-use crate::warp::bitonic::WarpPairs;
+use crate::warp::{self, bitonic::WarpPairs};
 
 /// Threads per block of every SampleSelect kernel.
 pub const SAMPLE_THREADS: u32 = TILE_THREADS;
@@ -265,10 +265,11 @@ impl<K: Key> SampleParams<K> {
     }
 
     fn storage(&self, level: &SampleLevel) -> (GlobalPtr<K>, GlobalPtr<u64>, u64) {
+        let candidates = self.candidates(level);
         match level.source {
-            source::DATA => (self.data, GlobalPtr::null(), self.len),
-            source::BUFFER_0 => (self.buffer_keys[0], self.buffer_indices[0], level.len),
-            _ => (self.buffer_keys[1], self.buffer_indices[1], level.len),
+            source::DATA => (self.data, GlobalPtr::null(), candidates),
+            source::BUFFER_0 => (self.buffer_keys[0], self.buffer_indices[0], candidates),
+            _ => (self.buffer_keys[1], self.buffer_indices[1], candidates),
         }
     }
 
@@ -613,13 +614,8 @@ pub unsafe fn range<K: Key>(params: SampleParams<K>) {
         });
         tile_start += TILE;
     }
-    for offset in [16, 8, 4, 2, 1] {
-        unsafe {
-            lowest_complement =
-                lowest_complement.max(device::shfl_xor_u64(device::FULL_WARP, lowest_complement, offset));
-            highest = highest.max(device::shfl_xor_u64(device::FULL_WARP, highest, offset));
-        }
-    }
+    let (lowest_complement, highest) =
+        unsafe { (warp::reduce_max_u64(lowest_complement), warp::reduce_max_u64(highest)) };
     let warp_extremes = unsafe { RangeLayout::new().warp_extremes.bind() };
     let warp = device::warp_id() as usize;
     if device::lane_id() == 0 {

@@ -67,6 +67,10 @@ pub const TOPK_THREADS: u32 = 256;
 pub const TOPK_TILE: u64 = 2048;
 /// Pairs each thread holds.
 const PAIRS_PER_THREAD: usize = 8;
+/// Inputs one warp loads from a tile: 8 registers of 32 consecutive inputs, one after
+/// another. A tile's 8 warp pieces lie one after another (this many inputs apart) in every
+/// pass but a sample's first ([`TopKParams::warp_stride`]).
+pub const WARP_INPUTS: u64 = 256;
 /// Warps per block.
 const WARPS: usize = (TOPK_THREADS / 32) as usize;
 /// The largest `k` of the register path (`32·Q` with `Q = 8`); larger `k` keep the block's
@@ -95,12 +99,20 @@ pub struct TopKParams<K> {
     pub len: u64,
     /// Tiles the grid reduces (grid-stride over them).
     pub tiles: u64,
-    /// Tile `t` covers inputs `(first_tile + t·tile_stride)·2048 ..+2048`: stride 1 for all
-    /// the data, more to read evenly spaced sample tiles.
+    /// Tile `t` starts at input `first_input + t·tile_stride·2048`: stride 1 for all the
+    /// data, more for a sample.
     pub tile_stride: u64,
-    /// See `tile_stride`: 0 for all the data; a sample starts inside the first stride so
-    /// that the first tile (where sorted inputs keep their extremes) is not always in it.
-    pub first_tile: u64,
+    /// See `tile_stride`: 0 for all the data; a sample starts half a piece step in (see
+    /// `warp_stride`), so that neither end of the data (where sorted inputs keep their
+    /// extremes) is in it.
+    pub first_input: u64,
+    /// Inputs from one warp's piece of a tile to the next (a tile has 8 of [`WARP_INPUTS`]):
+    /// `WARP_INPUTS` for contiguous tiles; about `256·tile_stride` for a sample, whose tiles
+    /// then spread their pieces evenly over the data. Sampling pieces rather than whole tiles
+    /// keeps equal keys' bound tight: the bound's position is then near the data's start
+    /// (with whole tiles it was in the first sample tile, 64 tiles in at 2^28, and the filter
+    /// let 131 072 equal keys through at k = 1024, ncu run 71).
+    pub warp_stride: u64,
     /// The key of the pruning bound (the `k`-th best of a sample), or null for none.
     pub prune_key: GlobalPtr<K>,
     /// The index of the pruning bound (read when `prune_key` is not null).
@@ -236,25 +248,33 @@ unsafe fn passed_through<K: Key>(params: &TopKParams<K>) -> bool {
     true
 }
 
-/// Issues the loads of one tile: input `tile_start + 256·warp + 32·r + lane` for register
-/// `r` (each register load is 32 consecutive keys per warp). Addresses are clamped into
+/// The input that register `r` of this thread holds in the tile starting at `tile_start`:
+/// the warp's piece starts `warp·warp_stride` in, and register `r` holds its inputs
+/// `32·r + lane` (each register load is 32 consecutive keys per warp, at a constant offset
+/// from the thread's first: a step per segment instead of per warp cost 17 % at 2^24,
+/// k = 256 and 20 % on a pass over all the data, run 75).
+#[inline(always)]
+fn tile_input<K>(params: &TopKParams<K>, tile_start: u64, r: usize) -> u64 {
+    tile_start + device::warp_id() as u64 * params.warp_stride + r as u64 * 32 + device::lane_id() as u64
+}
+
+/// Issues the loads of one tile (register `r`: [`tile_input`]). Addresses are clamped into
 /// the input instead of branched around, so all loads issue back to back and nothing
 /// waits for them until [`encode_tile`] runs, one tile later.
 #[inline(always)]
 unsafe fn fetch_tile<K: Key>(params: &TopKParams<K>, tile_start: u64) -> RawTile<K> {
-    let first = tile_start + device::warp_id() as u64 * 256 + device::lane_id() as u64;
     let last = params.len - 1;
     let mut raw = RawTile::empty();
     for r in 0..PAIRS_PER_THREAD {
-        raw.keys[r] = unsafe { params.keys_in.read((first + r as u64 * 32).min(last)) };
+        raw.keys[r] = unsafe { params.keys_in.read(tile_input(params, tile_start, r).min(last)) };
     }
     if params.indices_in.is_null() {
         for r in 0..PAIRS_PER_THREAD {
-            raw.indices[r] = first + r as u64 * 32;
+            raw.indices[r] = tile_input(params, tile_start, r);
         }
     } else {
         for r in 0..PAIRS_PER_THREAD {
-            raw.indices[r] = unsafe { params.indices_in.read((first + r as u64 * 32).min(last)) };
+            raw.indices[r] = unsafe { params.indices_in.read(tile_input(params, tile_start, r).min(last)) };
         }
     }
     raw
@@ -273,12 +293,11 @@ unsafe fn encode_tile<K: Key>(
     tile_start: u64,
     largest: bool,
 ) -> WarpPairs<K::Bits, PAIRS_PER_THREAD> {
-    let first = tile_start + device::warp_id() as u64 * 256 + device::lane_id() as u64;
     // Only the data is filtered: candidates of an earlier pass were admitted when read.
     let filtered = params.indices_in.is_null() && !params.fusion.admits_all();
     let mut pairs = WarpPairs::<K::Bits, PAIRS_PER_THREAD>::padding();
     for r in 0..PAIRS_PER_THREAD {
-        if first + (r as u64) * 32 < params.len
+        if tile_input(params, tile_start, r) < params.len
             && raw.indices[r] != NO_INDEX
             && (!filtered || unsafe { params.fusion.admits(raw.keys[r], raw.indices[r]) })
         {
@@ -325,7 +344,7 @@ unsafe fn scan_tiles<K: Key>(
     }
     unsafe { device::sync_threads() };
 
-    let tile_start = |tile: u64| (params.first_tile + tile * params.tile_stride) * TOPK_TILE;
+    let tile_start = |tile: u64| params.first_input + tile * params.tile_stride * TOPK_TILE;
     let mut tile = device::block_idx_x() as u64;
     let mut parity = 0;
     // Tile t + 1 is fetched before tile t is encoded and voted on, so its loads are in
@@ -810,7 +829,8 @@ mod tests {
             len: keys.len() as u64,
             tiles: keys.len().div_ceil(TOPK_TILE as usize) as u64,
             tile_stride: 1,
-            first_tile: 0,
+            first_input: 0,
+            warp_stride: WARP_INPUTS,
             prune_key: GlobalPtr::null(),
             prune_index: GlobalPtr::null(),
             skip_unless_padding: match skip {
@@ -968,7 +988,8 @@ mod tests {
                 len: n as u64,
                 tiles: 3,
                 tile_stride: 1,
-                first_tile: 0,
+                first_input: 0,
+                warp_stride: WARP_INPUTS,
                 prune_key: GlobalPtr::null(),
                 prune_index: GlobalPtr::null(),
                 skip_unless_padding: GlobalPtr::null(),
@@ -1032,7 +1053,8 @@ mod tests {
                     len: keys.len() as u64,
                     tiles: 2,
                     tile_stride: 1,
-                    first_tile: 0,
+                    first_input: 0,
+                    warp_stride: WARP_INPUTS,
                     prune_key: GlobalPtr::null(),
                     prune_index: GlobalPtr::null(),
                     skip_unless_padding: match gate {

@@ -56,6 +56,21 @@ pub unsafe fn reduce_min_u64(value: u64) -> u64 {
     min
 }
 
+/// Maximum of a `u64` over the lanes of a full warp; every lane gets the result.
+///
+/// # Safety
+/// All 32 lanes of the warp call it together.
+#[inline(always)]
+pub unsafe fn reduce_max_u64(value: u64) -> u64 {
+    let mut max = value;
+    let mut lane_mask = 16;
+    while lane_mask > 0 {
+        max = max.max(unsafe { device::shfl_xor_u64(device::FULL_WARP, max, lane_mask) });
+        lane_mask /= 2;
+    }
+    max
+}
+
 /// Inclusive prefix sum of `value` over the lanes of a full warp (Hillis–Steele with
 /// `shfl.up`, 5 shuffles).
 ///

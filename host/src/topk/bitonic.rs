@@ -4,7 +4,7 @@ use gpu_select_kernels::entry::KernelId;
 use gpu_select_kernels::params::GlobalPtr;
 use gpu_select_kernels::topk::bitonic::{
     FILTER_THREADS, FilterParams, MAX_REGISTER_K, TOPK_THREADS, TOPK_TILE, TopKLayout, TopKParams,
-    registers_for_k,
+    WARP_INPUTS, registers_for_k,
 };
 use gpu_select_kernels::topk::fusion::Fusion;
 
@@ -74,36 +74,53 @@ fn tight_bound_enabled() -> bool {
 pub(super) struct Pass {
     /// Inputs the pass may read (the data, or the previous pass's candidates).
     inputs: u64,
-    /// Tiles of 2048 it reduces, `tile_stride` tiles apart from `first_tile` on.
+    /// Tiles of 2048 it reduces, laid over its inputs as `spread` says.
     tiles: u64,
-    tile_stride: u64,
-    first_tile: u64,
+    spread: TileSpread,
     pub(super) blocks: u32,
+}
+
+/// Where a pass's tiles lie in its inputs (the kernel's `tile_stride`, `first_input` and
+/// `warp_stride`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct TileSpread {
+    tile_stride: u64,
+    first_input: u64,
+    warp_stride: u64,
+}
+
+impl TileSpread {
+    /// Tiles one after another from the first input.
+    const CONTIGUOUS: Self = Self { tile_stride: 1, first_input: 0, warp_stride: WARP_INPUTS };
+
+    /// A sample of one tile per `stride` tiles: each sample tile spreads its 8 warp pieces of
+    /// 256 consecutive inputs evenly over its `stride` tiles, starting half a piece step in,
+    /// so that the sample is close to a uniform one while each warp still reads 1 KB in one
+    /// go, and holds neither end of the data (sorted inputs keep their best there: a sample
+    /// holding them gives a bound too tight). The step is an odd number of pieces: a power
+    /// of two sends every warp of a block to the same memory partition.
+    fn sample(stride: u64) -> Self {
+        let odd_pieces = if stride.is_multiple_of(2) { stride - 1 } else { stride.max(3) - 2 };
+        let warp_stride = WARP_INPUTS * odd_pieces;
+        Self { tile_stride: stride, first_input: WARP_INPUTS * (odd_pieces / 2 + 1), warp_stride }
+    }
+
+    /// One past the last input that `tiles` tiles of this spread read.
+    #[cfg(test)]
+    fn end(&self, tiles: u64) -> u64 {
+        let last_tile_start = self.first_input + (tiles - 1) * self.tile_stride * TOPK_TILE;
+        last_tile_start + (TOPK_TILE / WARP_INPUTS - 1) * self.warp_stride + WARP_INPUTS
+    }
 }
 
 fn most_blocks(multiprocessors: u32) -> u64 {
     (multiprocessors * blocks_per_sm()) as u64
 }
 
-/// A chain of passes: the first over `tiles` tiles of the data (`tile_stride` apart from
-/// `first_tile` on), each next one over the previous pass's `blocks · k` candidates, until
-/// one block is left.
-fn chain(
-    n: u64,
-    tiles: u64,
-    tile_stride: u64,
-    first_tile: u64,
-    k: u32,
-    multiprocessors: u32,
-    last: LastPass,
-) -> Vec<Pass> {
-    let first = Pass {
-        inputs: n,
-        tiles,
-        tile_stride,
-        first_tile,
-        blocks: tiles.min(most_blocks(multiprocessors)) as u32,
-    };
+/// A chain of passes: the first over `tiles` tiles of the data (laid as `spread` says),
+/// each next one over the previous pass's `blocks · k` candidates, until one block is left.
+fn chain(n: u64, tiles: u64, spread: TileSpread, k: u32, multiprocessors: u32, last: LastPass) -> Vec<Pass> {
+    let first = Pass { inputs: n, tiles, spread, blocks: tiles.min(most_blocks(multiprocessors)) as u32 };
     let mut passes = vec![first];
     if first.blocks > 1 {
         passes.extend(candidate_passes(first.blocks as u64 * k as u64, k, multiprocessors, last));
@@ -148,7 +165,7 @@ pub(super) fn candidate_passes(mut inputs: u64, k: u32, multiprocessors: u32, la
         if blocks == 1 && last == LastPass::Split && tiles > LAST_BLOCK_TILES {
             blocks = tiles.div_ceil(LAST_BLOCK_TILES) as u32;
         }
-        passes.push(Pass { inputs, tiles, tile_stride: 1, first_tile: 0, blocks });
+        passes.push(Pass { inputs, tiles, spread: TileSpread::CONTIGUOUS, blocks });
         if blocks == 1 {
             return passes;
         }
@@ -197,14 +214,13 @@ pub(super) struct BitonicPlan {
 impl BitonicPlan {
     pub(super) fn new(n: u64, k: u32, multiprocessors: u32) -> Self {
         let tiles = n.div_ceil(TOPK_TILE);
-        // Sample tiles lie evenly over the full tiles, each in the middle of its stride, so
-        // each holds 2048 real inputs and neither end of the data is always sampled (sorted
-        // inputs keep their best there: a sample holding them gives a bound too tight).
+        // One sample tile per stride of the full tiles, its inputs spread over the stride
+        // (`TileSpread::sample`): each holds 2048 real inputs.
         let full_tiles = n / TOPK_TILE;
         let sample_tiles = full_tiles / SAMPLE_EVERY_TILES;
         let stride = full_tiles / sample_tiles.max(1);
         let sample_chain =
-            |k| chain(n, sample_tiles, stride, stride / 2, k, multiprocessors, LastPass::Split);
+            |k| chain(n, sample_tiles, TileSpread::sample(stride), k, multiprocessors, LastPass::Split);
         let sampled = tiles >= SAMPLE_MIN_TILES;
         let tight = (sampled && tight_bound_enabled()).then(|| {
             let rank = tight_rank(k, (sample_tiles * TOPK_TILE) as f64 / n as f64).unwrap_or(k - 1);
@@ -220,7 +236,14 @@ impl BitonicPlan {
         let sample = sampled.then(|| sample_chain(k));
         Self {
             sample,
-            main: chain(n, tiles, 1, 0, k, multiprocessors, LastPass::for_k(k, LastPass::Keep)),
+            main: chain(
+                n,
+                tiles,
+                TileSpread::CONTIGUOUS,
+                k,
+                multiprocessors,
+                LastPass::for_k(k, LastPass::Keep),
+            ),
             tight,
         }
     }
@@ -392,8 +415,9 @@ impl Gpu {
                 indices_out: GlobalPtr::from_address(indices_out),
                 len: pass.inputs,
                 tiles: pass.tiles,
-                tile_stride: pass.tile_stride,
-                first_tile: pass.first_tile,
+                tile_stride: pass.spread.tile_stride,
+                first_input: pass.spread.first_input,
+                warp_stride: pass.spread.warp_stride,
                 prune_key,
                 prune_index,
                 skip_unless_padding: chain.skip_unless_padding,
@@ -550,10 +574,9 @@ mod tests {
             }
             if let Some(sample) = &plan.sample {
                 let first = sample[0];
-                let last_tile_end =
-                    (first.first_tile + (first.tiles - 1) * first.tile_stride + 1) * TOPK_TILE;
-                assert!(last_tile_end <= n, "sample tiles must be full: {first:?}");
-                assert!(first.first_tile > 0 && first.first_tile < first.tile_stride, "{first:?}");
+                // Full, and neither end of the data in the sample.
+                assert!(first.spread.end(first.tiles) < n, "sample tiles must be full: {first:?}");
+                assert!(first.spread.first_input > 0, "{first:?}");
             }
         }
         assert!(BitonicPlan::new(1 << 20, 32, 132).sample.is_some());
