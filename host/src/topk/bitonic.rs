@@ -175,8 +175,9 @@ pub(super) fn candidate_passes(mut inputs: u64, k: u32, multiprocessors: u32, la
 
 /// The filter's room for inputs inside the tight bound, as a share of the data: a few
 /// thousand come through on most inputs (about `(j + 1) / sample_share`), sorted and
-/// all-equal ones about a stride of sample tiles (131 072 at 2^28); more than the room
-/// sends the safe chain on.
+/// all-equal ones about half a step of the sample's warp pieces (16 384 at 2^28: the
+/// first sampled inputs lie there, `TileSpread::sample`); more than the room sends the
+/// safe chain on.
 const CANDIDATE_ROOM_SHARE: u64 = 64;
 /// Blocks per multiprocessor of the filter (no shared memory, few registers: many blocks
 /// keep enough loads in flight).
