@@ -10,20 +10,45 @@ pub mod select;
 
 use crate::device::{self, shfl_xor_u32};
 
-/// Sum of `value` over the lanes of a full warp (butterfly reduction, 5 shuffles); every
-/// lane gets the result.
+/// Combines `value` across the lanes of a full warp by a butterfly (5 `shfl.bfly` steps, lane
+/// masks 16, 8, 4, 2, 1); every lane ends with the same result. `combine` must be
+/// associative and commutative.
+///
+/// # Safety
+/// All 32 lanes of the warp call it together.
+#[inline(always)]
+unsafe fn butterfly_u32(value: u32, combine: impl Fn(u32, u32) -> u32) -> u32 {
+    let mut acc = value;
+    let mut lane_mask = 16;
+    while lane_mask > 0 {
+        acc = combine(acc, unsafe { shfl_xor_u32(device::FULL_WARP, acc, lane_mask) });
+        lane_mask /= 2;
+    }
+    acc
+}
+
+/// [`butterfly_u32`] for 64-bit values (each step shuffles both halves).
+///
+/// # Safety
+/// All 32 lanes of the warp call it together.
+#[inline(always)]
+unsafe fn butterfly_u64(value: u64, combine: impl Fn(u64, u64) -> u64) -> u64 {
+    let mut acc = value;
+    let mut lane_mask = 16;
+    while lane_mask > 0 {
+        acc = combine(acc, unsafe { device::shfl_xor_u64(device::FULL_WARP, acc, lane_mask) });
+        lane_mask /= 2;
+    }
+    acc
+}
+
+/// Sum of `value` over the lanes of a full warp (wrapping); every lane gets the result.
 ///
 /// # Safety
 /// All 32 lanes of the warp call it together.
 #[inline(always)]
 pub unsafe fn reduce_add_u32(value: u32) -> u32 {
-    let mut sum = value;
-    let mut lane_mask = 16;
-    while lane_mask > 0 {
-        sum = sum.wrapping_add(unsafe { shfl_xor_u32(device::FULL_WARP, sum, lane_mask) });
-        lane_mask /= 2;
-    }
-    sum
+    unsafe { butterfly_u32(value, u32::wrapping_add) }
 }
 
 /// Maximum of `value` over the lanes of a full warp; every lane gets the result.
@@ -32,13 +57,7 @@ pub unsafe fn reduce_add_u32(value: u32) -> u32 {
 /// All 32 lanes of the warp call it together.
 #[inline(always)]
 pub unsafe fn reduce_max_u32(value: u32) -> u32 {
-    let mut max = value;
-    let mut lane_mask = 16;
-    while lane_mask > 0 {
-        max = max.max(unsafe { shfl_xor_u32(device::FULL_WARP, max, lane_mask) });
-        lane_mask /= 2;
-    }
-    max
+    unsafe { butterfly_u32(value, u32::max) }
 }
 
 /// Minimum of a `u64` over the lanes of a full warp; every lane gets the result.
@@ -47,13 +66,7 @@ pub unsafe fn reduce_max_u32(value: u32) -> u32 {
 /// All 32 lanes of the warp call it together.
 #[inline(always)]
 pub unsafe fn reduce_min_u64(value: u64) -> u64 {
-    let mut min = value;
-    let mut lane_mask = 16;
-    while lane_mask > 0 {
-        min = min.min(unsafe { device::shfl_xor_u64(device::FULL_WARP, min, lane_mask) });
-        lane_mask /= 2;
-    }
-    min
+    unsafe { butterfly_u64(value, u64::min) }
 }
 
 /// Maximum of a `u64` over the lanes of a full warp; every lane gets the result.
@@ -62,13 +75,7 @@ pub unsafe fn reduce_min_u64(value: u64) -> u64 {
 /// All 32 lanes of the warp call it together.
 #[inline(always)]
 pub unsafe fn reduce_max_u64(value: u64) -> u64 {
-    let mut max = value;
-    let mut lane_mask = 16;
-    while lane_mask > 0 {
-        max = max.max(unsafe { device::shfl_xor_u64(device::FULL_WARP, max, lane_mask) });
-        lane_mask /= 2;
-    }
-    max
+    unsafe { butterfly_u64(value, u64::max) }
 }
 
 /// Inclusive prefix sum of `value` over the lanes of a full warp (Hillis–Steele with
