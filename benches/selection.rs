@@ -216,11 +216,12 @@ fn bench_select<K: SelectKey>(
     };
     let policy = options.policy.map_or(String::new(), |p| {
         format!(
-            " [b=2^{} s={} bps={}{}]",
+            " [b=2^{} s={} bps={}{}{}]",
             p.bucket_bits,
             p.sample_size,
             p.blocks_per_sm,
-            if p.warp_aggregated { " warp-agg" } else { "" }
+            if p.warp_aggregated { " warp-agg" } else { "" },
+            if p.bracket { "" } else { " no-bracket" }
         )
     });
     let name = format!("{algorithm} {} n=2^{} k={k}{policy} {label}", K::NAME, n.trailing_zeros());
@@ -343,6 +344,7 @@ fn bench_selection(
     eprintln!("select: policy sweep");
     let default = SampleSelectPolicy::for_device(gpu);
     for policy in [
+        SampleSelectPolicy { bracket: false, ..default },
         SampleSelectPolicy { warp_aggregated: true, ..default },
         SampleSelectPolicy { bucket_bits: 7, ..default },
         SampleSelectPolicy { bucket_bits: 6, ..default },

@@ -167,6 +167,48 @@ fn every_policy_gives_the_same_answer() {
 }
 
 #[test]
+fn bracket_gives_the_levels_answer() {
+    // The bracket's first level against the usual levels: ranks at both ends and in the
+    // middle, duplicates of the bounds (few distinct values, all equal, outliers), sorted data, and
+    // samples so small that the bracket holds more than its buffer (n/8) and the next level
+    // samples the data again.
+    let gpu = common::gpu();
+    let n = if common::on_emulator(&gpu) { 40_000 } else { 4_000_000 };
+    let default = SampleSelectPolicy::for_device(&gpu);
+    assert!(default.bracket, "the measured policy brackets");
+    let distributions = [
+        Distribution::Uniform,
+        Distribution::Ascending,
+        Distribution::AllEqual,
+        Distribution::FewDistinct(16),
+        Distribution::FewDistinct(1024),
+        Distribution::Outliers,
+    ];
+    for (d, distribution) in distributions.into_iter().enumerate() {
+        let data = generate::<f32>(n, distribution, 31 + d as u64);
+        let device_data = gpu.upload(&data).unwrap();
+        for order in [Order::Smallest, Order::Largest] {
+            let sorted = reference::sort_pairs(&data, order);
+            for policy in [
+                default,
+                SampleSelectPolicy { bracket: false, ..default },
+                SampleSelectPolicy { sample_size: 16, ..default },
+                SampleSelectPolicy { sample_size: 256, ..default },
+            ] {
+                let options = SelectOptions::new(order).with_policy(policy);
+                for k in [0, 1, n / 100, n / 2, n - 2, n - 1] {
+                    let context = format!("{distribution:?} {order:?} {policy:?} k={k}");
+                    let got = gpu
+                        .select_with(&device_data, k, &options)
+                        .unwrap_or_else(|e| panic!("{context}: {e}"));
+                    assert_eq!(got.to_ordered(), oracle(&sorted, k), "{context}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn approximate_selection_reports_its_exact_rank() {
     let gpu = common::gpu();
     let n = if common::on_emulator(&gpu) { 20_000 } else { 1 << 24 };

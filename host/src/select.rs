@@ -7,9 +7,10 @@
 use gpu_select_kernels::block::tiles::TILE;
 use gpu_select_kernels::params::GlobalPtr;
 use gpu_select_kernels::select::sample::{
-    LEVEL_SLOTS, MAX_BUCKET_BITS, MAX_BUCKETS, MAX_EXACT_BUCKET_BITS, MAX_SAMPLE, MAX_SAMPLE_BLOCKS,
-    NearestLayout, RangeLayout, SAMPLE_THREADS, SPLITTER_SLOTS, SampleChooseLayout, SampleLevel,
-    SampleOutcome, SampleParams, SamplePassLayout, SampleSortLayout, WINDOW_BITS, flags,
+    BRACKET_BUCKET_BITS, BracketLayout, LEVEL_SLOTS, MAX_BUCKET_BITS, MAX_BUCKETS, MAX_EXACT_BUCKET_BITS,
+    MAX_SAMPLE, MAX_SAMPLE_BLOCKS, NearestLayout, RangeLayout, SAMPLE_THREADS, SPLITTER_SLOTS,
+    SampleChooseLayout, SampleLevel, SampleOutcome, SampleParams, SamplePassLayout, SampleSortLayout,
+    WINDOW_BITS, flags,
 };
 
 use crate::buffer::{DeviceBuffer, DeviceValue};
@@ -59,6 +60,13 @@ pub struct SampleSelectPolicy {
     /// and counts against all splitters only when that cannot prove the answer. The answer
     /// is the same either way.
     pub window_count: bool,
+    /// Exact selection starts with a bracket (Floyd–Rivest): two sample keys a few standard
+    /// deviations either side of the wanted rank's estimate, one pass that counts the keys
+    /// below, at and above them and copies those strictly between (about 9 % for a median)
+    /// to a buffer of `n / 8`, where the usual levels go on. No oracles or filter pass on the
+    /// data; a bracket that misses (rarely) costs one more level over the data. Top-k and
+    /// QuickSelect do not use it.
+    pub bracket: bool,
 }
 
 impl SampleSelectPolicy {
@@ -70,6 +78,7 @@ impl SampleSelectPolicy {
             blocks_per_sm: 8,
             warp_aggregated: false,
             window_count: true,
+            bracket: true,
         }
     }
 
@@ -81,6 +90,7 @@ impl SampleSelectPolicy {
             blocks_per_sm: 2,
             warp_aggregated: false,
             window_count: true,
+            bracket: false,
         }
     }
 
@@ -179,6 +189,12 @@ pub(crate) struct SamplePlan {
 /// too, except for QuickSelect and other runs of fewer than 16 buckets, whose buffers hold
 /// 3/4 of the input (a median pivot keeps about half).
 const CAPACITY_DIVISOR: u64 = 32;
+/// With [`flags::BRACKET`], each buffer holds `n / BRACKET_DIVISOR` candidates: the two are
+/// the `n / 4` keys of extra memory the workspace allows.
+const BRACKET_DIVISOR: u64 = 8;
+/// The fewest keys a bracket is tried on: 16 samples' worth of candidates, so that what it
+/// keeps (about 9 %) still takes a level of its own. Speed is measured at 2^28 only.
+const BRACKET_MIN_KEYS: u64 = 16 * MAX_SAMPLE as u64;
 
 impl SamplePlan {
     /// The plan for `n` keys; `flags`: [`flags::EMIT`] for top-k, [`flags::APPROXIMATE`].
@@ -201,6 +217,9 @@ impl SamplePlan {
         // Bucket select's target bucket may hold any share of the candidates (equal widths
         // know nothing of the data's shape), so its buffers hold all of them.
         let kept = if flags & flags::EQUAL_WIDTH != 0 { n } else { kept };
+        // A bracket keeps up to `n / BRACKET_DIVISOR` (three times the median's expected 9 %
+        // share would still be less).
+        let kept = if flags & flags::BRACKET != 0 { kept.max(n / BRACKET_DIVISOR) } else { kept };
         let capacity = if buffered { kept.max(MAX_SAMPLE as u64) } else { 0 };
         Self { policy, blocks: blocks as u32, capacity, flags }
     }
@@ -213,6 +232,11 @@ impl SamplePlan {
     /// The levels a run of `n` keys is expected to take: each level keeps about one bucket,
     /// until the base case (one sort of at most 2048 keys).
     fn expected_levels(&self, n: u64) -> u32 {
+        if self.flags & flags::BRACKET != 0 {
+            // The bracket's level, then the usual ones on what it keeps.
+            let plain = Self { flags: self.flags & !flags::BRACKET, ..*self };
+            return 1 + plain.expected_levels(n / BRACKET_DIVISOR);
+        }
         let shrink = if self.flags & flags::SINGLE_PIVOT != 0 { 2 } else { 1u64 << self.policy.bucket_bits };
         let mut levels = 1;
         let mut len = n;
@@ -429,7 +453,10 @@ impl Gpu {
                 (options.policy.unwrap_or_else(SampleSelectPolicy::quick_select), flags::SINGLE_PIVOT)
             }
             SelectAlgorithm::Auto | SelectAlgorithm::SampleSelect => {
-                (options.policy.unwrap_or_else(|| SampleSelectPolicy::for_device(self)), 0)
+                let policy = options.policy.unwrap_or_else(|| SampleSelectPolicy::for_device(self));
+                let bracket =
+                    policy.bracket && extra_flags & flags::EMIT == 0 && n as u64 >= BRACKET_MIN_KEYS;
+                (policy, if bracket { flags::BRACKET } else { 0 })
             }
         };
         policy.check(MAX_EXACT_BUCKET_BITS)?;
@@ -540,6 +567,18 @@ impl Gpu {
         }
         let mut level = 0;
         let mut batch = plan.expected_levels(n);
+        if plan.flags & flags::BRACKET != 0 {
+            // Level 0 brackets the rank: its own splitters and pass, and no filter (the pass
+            // copied what it kept); the levels after it are the usual ones.
+            let bracket = SampleParams { bucket_bits: BRACKET_BUCKET_BITS, ..params };
+            let bracket_pass = LaunchShape { shared_bytes: BracketLayout::<K>::new().bytes, ..pass };
+            self.launch(K::SAMPLE_SELECT_SAMPLE, sample, bracket)?;
+            self.launch(K::SAMPLE_SELECT_BRACKET, bracket_pass, bracket)?;
+            self.launch(K::SAMPLE_SELECT_CHOOSE, choose, bracket)?;
+            params.flags &= !flags::BRACKET;
+            level = 1;
+            batch -= 1;
+        }
         while (level as usize) < LEVEL_SLOTS {
             for _ in 0..batch.min(LEVEL_SLOTS as u32 - level) {
                 params.level = level;
@@ -606,6 +645,7 @@ mod tests {
             blocks_per_sm: 2,
             warp_aggregated: false,
             window_count: true,
+            bracket: true,
         };
         for n in [1u64, 2048, 2049, 1 << 20, 1 << 28, 1 << 33] {
             let plan = SamplePlan::new(n, 132, policy, 0);
@@ -619,5 +659,10 @@ mod tests {
         }
         assert_eq!(SamplePlan::new(1 << 28, 132, policy, 0).expected_levels(1 << 28), 4);
         assert_eq!(SamplePlan::new(2048, 132, policy, 0).expected_levels(2048), 1);
+        // A bracket's buffers hold n/8 each (the n/4 keys of extra memory), and its level
+        // comes first.
+        let bracket = SamplePlan::new(1 << 28, 132, policy, flags::BRACKET);
+        assert_eq!(bracket.capacity, 1 << 25);
+        assert_eq!(bracket.expected_levels(1 << 28), 4);
     }
 }

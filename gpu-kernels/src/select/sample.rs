@@ -33,6 +33,12 @@
 //!    index: the buckets before the target go straight to the output (the paper's fusion),
 //!    and a final level sends the target's first inputs there.
 //!
+//! Exact selection's first level may be a *bracket* ([`flags::BRACKET`]): the sample gives
+//! two keys either side of the wanted rank's estimate, and `sample_select_bracket_<key>`
+//! counts the keys below, at and above them and copies those strictly between to a
+//! candidate buffer in the same read, with no oracles and no filter pass; the usual levels
+//! go on from there.
+//!
 //! Approximate selection runs sample and count (without oracles) once, then
 //! `sample_select_nearest_<key>`: the sample value whose exact rank range (from the counts)
 //! is nearest to `k`.
@@ -127,6 +133,11 @@ pub mod flags {
     /// maximum, found by `sample_select_range_<key>`, then the target bucket's bounds)
     /// into equal widths instead of coming from a sample; see [`equal_width_splitter`](super::equal_width_splitter).
     pub const EQUAL_WIDTH: u32 = 32;
+    /// Exact selection's first level brackets the wanted rank between two sample keys
+    /// (Floyd–Rivest): the sample kernel makes the splitters [`bracket_splitter`](super::bracket_splitter),
+    /// and `sample_select_bracket_<key>` counts the buckets and copies the keys strictly
+    /// between the two in one pass, with no oracles and no filter pass. With `bucket_bits = 3`.
+    pub const BRACKET: u32 = 64;
 }
 
 /// Levels of bucket select that split key *values* into equal widths; later levels split
@@ -258,19 +269,19 @@ impl<K: Key> SampleParams<K> {
         if Order::from_raw(self.order) == Order::Largest { K::Bits::MAX } else { K::Bits::MIN }
     }
 
-    /// The candidates of `level`: keys, indices (null: positions), count.
     /// How many candidates the level has.
     fn candidates(&self, level: &SampleLevel) -> u64 {
         if level.source == source::DATA { self.len } else { level.len }
     }
 
+    /// The candidates of `level`: keys, indices (null: positions), count.
     fn storage(&self, level: &SampleLevel) -> (GlobalPtr<K>, GlobalPtr<u64>, u64) {
-        let candidates = self.candidates(level);
-        match level.source {
-            source::DATA => (self.data, GlobalPtr::null(), candidates),
-            source::BUFFER_0 => (self.buffer_keys[0], self.buffer_indices[0], candidates),
-            _ => (self.buffer_keys[1], self.buffer_indices[1], candidates),
-        }
+        let (keys, indices) = match level.source {
+            source::DATA => (self.data, GlobalPtr::null()),
+            source::BUFFER_0 => (self.buffer_keys[0], self.buffer_indices[0]),
+            _ => (self.buffer_keys[1], self.buffer_indices[1]),
+        };
+        (keys, indices, self.candidates(level))
     }
 
     /// The splitter set of this launch's level.
@@ -490,6 +501,9 @@ pub unsafe fn sample<K: Key>(params: SampleParams<K>) {
             // v's equality bucket.
             let answer = unsafe { sorted.load(level.k_left as usize - 1) };
             if thread == 0 { (answer, true) } else { (successor(answer), false) }
+        } else if params.has(flags::BRACKET) {
+            let (low, high) = unsafe { bracket_bounds(&sorted, count, level.k_left, level.len) };
+            (bracket_splitter(low, high, thread), thread == 0 || thread == 2)
         } else if params.has(flags::SINGLE_PIVOT) {
             let pivot = unsafe { sorted.load(count as usize / 2) };
             if thread == 0 { (pivot, true) } else { (successor(pivot), false) }
@@ -508,6 +522,66 @@ pub unsafe fn sample<K: Key>(params: SampleParams<K>) {
             params.splitters.write((2 * MAX_BUCKETS + thread) as u64, sampled as u64);
         }
         thread_splitter += SAMPLE_THREADS as usize;
+    }
+}
+
+/// Standard deviations of a sample quantile's rank that a bracket leaves on either
+/// side of the wanted rank's estimate: a bracket misses (and the level samples again, with
+/// 256 buckets) about once in 16 000 selections, and holds about `8·σ/√sample` of the keys
+/// (9 % for the median with a sample of 2048).
+pub const BRACKET_SIGMAS: u64 = 4;
+
+/// The bracket of rank `k` (from 1) among `len` candidates, from their sorted sample of
+/// `count`: the sample keys [`BRACKET_SIGMAS`] standard deviations of the sample quantile's
+/// rank below and above the estimate (the lowest and highest rank bits past the sample's
+/// ends).
+///
+/// # Safety
+/// `sorted` holds `count ≥ 1` rank bits, sorted.
+unsafe fn bracket_bounds<B: OrderedBits>(sorted: &SharedSlice<B>, count: u32, k: u64, len: u64) -> (B, B) {
+    let count = count as u64;
+    // The estimate's place in the sample, and the binomial spread of a sample quantile
+    // there: `√(count · q · (1 − q))` with `q = k / len`, in sample places.
+    let estimate = ((k - 1) as u128 * count as u128 / len as u128) as u64;
+    let variance = (estimate * (count - estimate) / count).max(1);
+    let mut sigma = 1;
+    while (sigma + 1) * (sigma + 1) <= variance {
+        sigma += 1;
+    }
+    let reach = BRACKET_SIGMAS * sigma + 1;
+    let low = match estimate.checked_sub(reach) {
+        Some(place) => unsafe { sorted.load(place as usize) },
+        None => B::MIN,
+    };
+    let high =
+        if estimate + reach < count { unsafe { sorted.load((estimate + reach) as usize) } } else { B::MAX };
+    (low, high)
+}
+
+/// Splitter `j` (0 to 6) of a bracket `[low, high]`: `low`, its successor, `high` (at least
+/// that successor), its successor, then `MAX` three times. The buckets they make, in order:
+/// below `low`; `low` alone (an equality bucket); strictly between the two (the only bucket
+/// the bracket pass keeps); `high` alone; above `high`; two empty ones; `MAX` alone. Both
+/// bounds are single values, so duplicates of them end the selection at once. (One
+/// splitter at a time: an array indexed by the thread gave the sample kernel a stack frame.)
+///
+/// ```
+/// use gpu_select_kernels::select::sample::bracket_splitter;
+///
+/// let splitters: Vec<u32> = (0..7).map(|j| bracket_splitter(10u32, 20, j)).collect();
+/// assert_eq!(splitters, [10, 11, 20, 21, u32::MAX, u32::MAX, u32::MAX]);
+/// // A bracket of one value: the bucket between the bounds is empty.
+/// assert_eq!(bracket_splitter(10u32, 10, 2), 11);
+/// ```
+pub fn bracket_splitter<B: OrderedBits>(low: B, high: B, j: usize) -> B {
+    let after_low = successor(low);
+    let high = if high > after_low { high } else { after_low };
+    match j {
+        0 => low,
+        1 => after_low,
+        2 => high,
+        3 => successor(high),
+        _ => B::MAX,
     }
 }
 
@@ -805,6 +879,178 @@ pub unsafe fn count<K: Key>(params: SampleParams<K>) {
     }
 }
 
+/// Keys one warp of the bracket pass holds in shared memory before it copies them out: a
+/// copy starts once more than half are taken, so that a tile (256 keys a warp) always fits.
+pub const BRACKET_STAGE: usize = 512;
+/// The bracket pass's counters: keys at least as large as each of the first four splitters,
+/// then keys of rank `MAX`.
+pub const BRACKET_COUNTERS: usize = 5;
+/// Bucket bits of the bracket's level: the seven splitters of [`bracket_splitter`].
+pub const BRACKET_BUCKET_BITS: u32 = 3;
+/// The bucket of [`bracket_splitter`] the bracket pass keeps: strictly between the bounds.
+pub const BRACKET_INSIDE: u32 = 2;
+
+/// Shared memory of the bracket pass.
+#[derive(Clone, Copy, Debug)]
+pub struct BracketLayout<K> {
+    /// [`BRACKET_STAGE`] keys per warp on their way to the candidate buffer.
+    pub stage: SharedRegion<K>,
+    /// The block's [`BRACKET_COUNTERS`].
+    pub counters: SharedRegion<u32>,
+    /// Bytes to ask for at launch.
+    pub bytes: usize,
+}
+
+impl<K> BracketLayout<K> {
+    /// The layout.
+    pub const fn new() -> Self {
+        let (layout, stage) = SharedLayout::new().push::<K>(TILE_WARPS * BRACKET_STAGE);
+        let (layout, counters) = layout.push::<u32>(BRACKET_COUNTERS);
+        Self { stage, counters, bytes: layout.bytes() }
+    }
+}
+
+impl<K> Default for BracketLayout<K> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The `sample_select_bracket_<key>` kernel, exact selection's first level with
+/// [`flags::BRACKET`]: one read of the data that counts the buckets of
+/// [`bracket_splitter`] (a few compares per key, no tree and no histogram) and copies the
+/// keys strictly between the bounds to candidate buffer 0. Each warp stages its keys in
+/// shared memory and copies them out together, reserving their places with one global
+/// atomic on that bucket's total (about one per 300 keys kept); a total past the buffer's
+/// capacity still counts, and the choose kernel then samples again.
+///
+/// # Safety
+/// [`SAMPLE_THREADS`] threads, [`BracketLayout::bytes`] of shared memory, `grid.x =
+/// params.blocks`; the level's sample kernel has run with [`flags::BRACKET`] and
+/// `bucket_bits = 3`; each block's range below 2^32 keys.
+pub unsafe fn bracket<K: Key>(params: SampleParams<K>) {
+    let level = unsafe { params.levels.read(params.level as u64) };
+    if level.source == source::NONE || level.decision.action != action::PENDING {
+        return;
+    }
+    let layout = BracketLayout::<K>::new();
+    let (stage, counters) = unsafe { (layout.stage.bind(), layout.counters.bind()) };
+    let thread = device::thread_idx_x() as usize;
+    if thread < BRACKET_COUNTERS {
+        unsafe { counters.store(thread, 0) };
+    }
+    unsafe { device::sync_threads() };
+
+    let splitters = params.level_splitters();
+    let bound = |j: u64| K::Bits::from_u64(unsafe { splitters.read(j) });
+    let bounds = [bound(0), bound(1), bound(2), bound(3)];
+    let flip = params.flip();
+    let (keys, _, len) = params.storage(&level);
+    let (start, end) = block_range(len, params.blocks);
+    let kept = params.level_totals(params.level).as_ptr().wrapping_add(BRACKET_INSIDE as usize);
+    let out = params.buffer_keys[0];
+    let warp_stage = device::warp_id() as usize * BRACKET_STAGE;
+    let lanes_below = device::lanemask_lt();
+    // Warp-uniform: keys in this warp's stage.
+    let mut staged = 0u32;
+    let mut at_least = [0u32; BRACKET_COUNTERS];
+    // Tile t + 1 is loaded before tile t is worked on, as in the count.
+    let mut tile_start = start;
+    let mut next =
+        if start < end { unsafe { load_keys(keys, start, end) } } else { [K::default(); TILE_ITEMS] };
+    while tile_start < end {
+        let tile_keys = next;
+        if tile_start + TILE < end {
+            next = unsafe { load_keys(keys, tile_start + TILE, end) };
+        }
+        let first = tile_start + thread as u64;
+        let full = tile_start + TILE <= end;
+        unroll_items!(i => {
+            let valid = full || first + (i as u64) * (TILE_THREADS as u64) < end;
+            let rank = tile_keys[i].to_ordered().xor(flip);
+            if valid {
+                for (count, &splitter) in at_least.iter_mut().zip(bounds.iter()) {
+                    *count += (rank >= splitter) as u32;
+                }
+                at_least[4] += (rank == K::Bits::MAX) as u32;
+            }
+            let inside = valid && rank >= bounds[1] && rank < bounds[2];
+            let inside_lanes = unsafe { device::ballot(device::FULL_WARP, inside) };
+            if inside {
+                let place = staged + (inside_lanes & lanes_below).count_ones();
+                unsafe { stage.store(warp_stage + place as usize, tile_keys[i]) };
+            }
+            staged += inside_lanes.count_ones();
+        });
+        if staged as usize > BRACKET_STAGE - TILE_ITEMS * 32 {
+            unsafe { copy_out_stage(&stage, warp_stage, staged, out, kept, params.capacity) };
+            staged = 0;
+        }
+        tile_start += TILE;
+    }
+    if staged != 0 {
+        unsafe { copy_out_stage(&stage, warp_stage, staged, out, kept, params.capacity) };
+    }
+
+    // The block's counters, then its buckets' totals (the kept bucket's came with the copies).
+    for (j, count) in at_least.iter().enumerate() {
+        let warp_count = unsafe { warp::reduce_add_u32(*count) };
+        if device::lane_id() == 0 && warp_count != 0 {
+            unsafe { counters.atomic_add(j, warp_count) };
+        }
+    }
+    unsafe { device::sync_threads() };
+    if thread == 0 {
+        let count = |j: usize| unsafe { counters.load(j) } as u64;
+        let totals = params.level_totals(params.level).as_ptr();
+        // One call per bucket: a loop over (bucket, total) pairs gave the kernel a stack frame.
+        let add = |bucket: usize, total: u64| {
+            if total != 0 {
+                unsafe { device::global_atomic_add_u64(totals.wrapping_add(bucket), total) };
+            }
+        };
+        add(0, (end - start) - count(0));
+        add(1, count(0) - count(1));
+        add(3, count(2) - count(3));
+        add(4, count(3) - count(4));
+        add(7, count(4));
+    }
+}
+
+/// Copies a warp's `staged` keys from its stage to `out`, at places reserved by one atomic
+/// on `kept` (none past `capacity`).
+///
+/// # Safety
+/// All lanes of the warp call it together with the same arguments.
+#[inline(always)]
+unsafe fn copy_out_stage<K: Key>(
+    stage: &SharedSlice<K>,
+    warp_stage: usize,
+    staged: u32,
+    out: GlobalPtr<K>,
+    kept: *mut u64,
+    capacity: u64,
+) {
+    // The stage's stores by other lanes are visible after the warp barrier.
+    unsafe { device::sync_warp(device::FULL_WARP) };
+    let lane = device::lane_id();
+    let mut first = 0;
+    if lane == 0 {
+        first = unsafe { device::global_atomic_add_u64(kept, staged as u64) };
+    }
+    let first = unsafe { device::shfl_idx_u64(device::FULL_WARP, first, 0) };
+    let mut j = lane;
+    while j < staged {
+        let at = first + j as u64;
+        if at < capacity {
+            unsafe { out.write(at, stage.load(warp_stage + j as usize)) };
+        }
+        j += 32;
+    }
+    // Every lane has read its keys before any stores the next ones.
+    unsafe { device::sync_warp(device::FULL_WARP) };
+}
+
 /// Whether bucket `bucket` of the level's `splitter_count` splitters holds one value only
 /// (an equality bucket), and that value's rank bits.
 unsafe fn single_value<K: Key>(
@@ -862,7 +1108,10 @@ pub unsafe fn choose<K: Key>(params: SampleParams<K>) {
     let single = unsafe { single_value(&params, target, splitter_count) };
     let finish = single.is_some() || (emit && k_left == target_len);
     let next_fits = target_len <= params.capacity;
-    if (finish && emit) || (!finish && next_fits) {
+    // The bracket pass kept one bucket, already copied out; any other needs a new sample.
+    let bracket = params.has(flags::BRACKET);
+    let next_fits = next_fits && !(bracket && target as u32 != BRACKET_INSIDE);
+    if !bracket && ((finish && emit) || (!finish && next_fits)) {
         unsafe {
             scan_block_offsets(
                 params.cumulative,
