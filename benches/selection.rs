@@ -261,6 +261,9 @@ fn bench_select_approx(
     let n = data.len();
     let policy = SampleSelectPolicy { window_count, ..SampleSelectPolicy::for_device(gpu) };
     let options = SelectOptions::default().with_policy(policy);
+    // As the exact cases: one workspace, allocated before the timing.
+    let bytes = gpu.select_approx_workspace_bytes::<f32>(n, buckets, &options).unwrap();
+    let mut workspace = gpu.alloc_zeroed::<u8>(bytes).unwrap();
     let mut state = 99u64;
     let ranks: Vec<usize> = (0..20)
         .map(|_| {
@@ -291,11 +294,11 @@ fn bench_select_approx(
             b.iter_custom(|iterations| {
                 timed(gpu, &mut samples, iterations, || {
                     if all_ranks {
-                        ranks
-                            .iter()
-                            .try_for_each(|&k| gpu.select_approx_with(data, k, buckets, &options).map(|_| ()))
+                        ranks.iter().try_for_each(|&k| {
+                            gpu.select_approx_into(data, k, buckets, &options, &mut workspace).map(|_| ())
+                        })
                     } else {
-                        gpu.select_approx_with(data, n / 2, buckets, &options).map(|_| ())
+                        gpu.select_approx_into(data, n / 2, buckets, &options, &mut workspace).map(|_| ())
                     }
                 })
             })

@@ -313,6 +313,24 @@ fn workspace_is_sized_checked_and_reused() {
         gpu.select_into(&device_data, 5, &options, &mut small),
         Err(Error::LengthMismatch { .. })
     ));
+
+    // Approximate selection's workspace: no oracles or buffers, reused across ranks (the
+    // runs before leave their totals in it) with exact ranks and the answers of fresh
+    // workspaces (8-byte keys: the window pass loads them two to a vector).
+    let buckets = 1024;
+    let bytes = gpu.select_approx_workspace_bytes::<u64>(data.len(), buckets, &options).unwrap();
+    assert!(bytes < 64 * 1024, "{bytes}");
+    let mut workspace = gpu.alloc_zeroed::<u8>(bytes).unwrap();
+    for k in [5, 9_999, 0, 5_000, 5_001] {
+        let reused = gpu.select_approx_into(&device_data, k, buckets, &options, &mut workspace).unwrap();
+        assert_eq!(reused.value.to_ordered(), oracle(&sorted, reused.rank as usize), "k={k}");
+        assert_eq!(reused, gpu.select_approx_with(&device_data, k, buckets, &options).unwrap(), "k={k}");
+    }
+    let mut small = gpu.alloc_zeroed::<u8>(bytes - 1).unwrap();
+    assert!(matches!(
+        gpu.select_approx_into(&device_data, 5, buckets, &options, &mut small),
+        Err(Error::LengthMismatch { .. })
+    ));
 }
 
 #[test]

@@ -14,7 +14,7 @@ use crate::probe::{ProbeParams, global_atomics, indices, shared_memory, warp_col
 use crate::select::sample::{
     SampleParams, bracket as sample_bracket_body, choose as sample_choose_body, count as sample_count_body,
     filter as sample_filter_body, gather as sample_gather_body, nearest as sample_nearest_body,
-    range as sample_range_body, sample as sample_sample_body,
+    range as sample_range_body, sample as sample_sample_body, window as sample_window_body,
 };
 use crate::topk::bitonic::{
     FilterParams, TopKParams, filter_inside, reduce_q1, reduce_q2, reduce_q4, reduce_q8, reduce_q16,
@@ -104,6 +104,8 @@ pub trait KernelKey: Key {
     /// SampleSelect, selection only: the first level's bracket pass (counts, and copies the
     /// keys between the bounds).
     const SAMPLE_SELECT_BRACKET: KernelId<SampleParams<Self>>;
+    /// SampleSelect, approximate: the window's counts (the splitters around the wanted rank).
+    const SAMPLE_SELECT_WINDOW: KernelId<SampleParams<Self>>;
     /// SampleSelect, approximate: the splitter nearest to the wanted rank.
     const SAMPLE_SELECT_NEAREST: KernelId<SampleParams<Self>>;
     /// Batched top-k (BlockSelect), k ≤ 32.
@@ -168,6 +170,7 @@ crate::__kernel_table! {
         SAMPLE_SELECT_FILTER = sample_select_filter(SampleParams) => sample_filter_body;
         SAMPLE_SELECT_GATHER = sample_select_gather(SampleParams) => sample_gather_body;
         SAMPLE_SELECT_BRACKET = sample_select_bracket(SampleParams) => sample_bracket_body;
+        SAMPLE_SELECT_WINDOW = sample_select_window(SampleParams) => sample_window_body;
         SAMPLE_SELECT_NEAREST = sample_select_nearest(SampleParams) => sample_nearest_body;
     }
     plain {

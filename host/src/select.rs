@@ -10,7 +10,7 @@ use gpu_select_kernels::select::sample::{
     BRACKET_BUCKET_BITS, BracketLayout, LEVEL_SLOTS, MAX_BUCKET_BITS, MAX_BUCKETS, MAX_EXACT_BUCKET_BITS,
     MAX_SAMPLE, MAX_SAMPLE_BLOCKS, NearestLayout, RangeLayout, SAMPLE_THREADS, SPLITTER_SLOTS,
     SampleChooseLayout, SampleLevel, SampleOutcome, SampleParams, SamplePassLayout, SampleSortLayout,
-    WINDOW_BITS, flags,
+    WINDOW_BITS, WindowLayout, flags,
 };
 
 use crate::buffer::{DeviceBuffer, DeviceValue};
@@ -56,9 +56,10 @@ pub struct SampleSelectPolicy {
     /// one bucket.
     pub warp_aggregated: bool,
     /// Approximate selection with more than 64 buckets counts first against only the 63
-    /// splitters around the wanted rank's estimate (a tree of 6 levels instead of up to 10),
-    /// and counts against all splitters only when that cannot prove the answer. The answer
-    /// is the same either way.
+    /// splitters around the wanted rank's estimate: two compares for a key outside them,
+    /// a tree of 6 levels (instead of up to 10) only for the few inside. It counts against
+    /// all splitters only when that cannot prove the answer. The answer is the same either
+    /// way.
     pub window_count: bool,
     /// Exact selection starts with a bracket (Floyd–Rivest): two sample keys a few standard
     /// deviations either side of the wanted rank's estimate, one pass that counts the keys
@@ -364,7 +365,8 @@ impl Gpu {
     }
 
     /// Bytes of workspace [`Gpu::select_into`] needs for `n` keys of type `K`: the oracles
-    /// (one byte per key), two candidate buffers of `n / 32` keys, and a few kilobytes.
+    /// (one byte per key), two candidate buffers (`n / 8` keys each with the bracket, else
+    /// `n / 32`), and a few kilobytes.
     pub fn select_workspace_bytes<K: SelectKey>(&self, n: usize, options: &SelectOptions) -> Result<usize> {
         let plan = self.plan_select(n, options, 0)?;
         Ok(SampleWorkspace::new(&plan, n, size_of::<K>()).bytes)
@@ -418,7 +420,61 @@ impl Gpu {
         buckets: usize,
         options: &SelectOptions,
     ) -> Result<ApproxSelection<K>> {
+        let bytes = self.select_approx_workspace_bytes::<K>(data.len(), buckets, options)?;
+        let mut workspace = self.alloc_zeroed::<u8>(bytes)?;
+        self.select_approx_into(data, k, buckets, options, &mut workspace)
+    }
+
+    /// Bytes of workspace [`Gpu::select_approx_into`] needs for `n` keys of type `K`: a few
+    /// tens of kilobytes (level states, splitters, bucket totals; no oracles or buffers).
+    pub fn select_approx_workspace_bytes<K: SelectKey>(
+        &self,
+        n: usize,
+        buckets: usize,
+        options: &SelectOptions,
+    ) -> Result<usize> {
+        let plan = self.plan_approx(n, buckets, options)?;
+        Ok(SampleWorkspace::new(&plan, n, size_of::<K>()).bytes)
+    }
+
+    /// [`Gpu::select_approx_with`] with a caller-provided workspace of at least
+    /// [`Gpu::select_approx_workspace_bytes`]: repeated selections then allocate nothing.
+    /// Waits for the result.
+    ///
+    /// ```
+    /// use gpu_select::{Gpu, SelectOptions};
+    ///
+    /// let gpu = Gpu::emulator();
+    /// let data = gpu.upload(&(0..10_000u32).rev().collect::<Vec<_>>())?;
+    /// let options = SelectOptions::default();
+    /// let bytes = gpu.select_approx_workspace_bytes::<u32>(data.len(), 256, &options)?;
+    /// let mut workspace = gpu.alloc_zeroed::<u8>(bytes)?;
+    /// for k in [100, 5_000, 9_900] {
+    ///     let approx = gpu.select_approx_into(&data, k, 256, &options, &mut workspace)?;
+    ///     assert_eq!(approx.value as u64, approx.rank);
+    /// }
+    /// # Ok::<(), gpu_select::Error>(())
+    /// ```
+    pub fn select_approx_into<K: SelectKey>(
+        &self,
+        data: &DeviceBuffer<K>,
+        k: usize,
+        buckets: usize,
+        options: &SelectOptions,
+        workspace: &mut DeviceBuffer<u8>,
+    ) -> Result<ApproxSelection<K>> {
         check_rank(data.len(), k)?;
+        let plan = self.plan_approx(data.len(), buckets, options)?;
+        let base = self.checked_workspace(data, &plan, workspace)?;
+        let run = self.run_sample_select(data, k as u64 + 1, options.order, &plan, base, None)?;
+        Ok(ApproxSelection { value: decode(run.outcome.value, options.order), rank: run.outcome.rank })
+    }
+
+    /// The plan of an approximate selection with `buckets` buckets.
+    fn plan_approx(&self, n: usize, buckets: usize, options: &SelectOptions) -> Result<SamplePlan> {
+        if n == 0 {
+            return Err(Error::EmptyInput);
+        }
         if !buckets.is_power_of_two() || !(2..=MAX_BUCKETS).contains(&buckets) {
             return Err(Error::invalid(format!(
                 "buckets = {buckets}: approximate selection takes a power of two from 2 to {MAX_BUCKETS}"
@@ -429,13 +485,7 @@ impl Gpu {
             ..options.policy.unwrap_or_else(|| SampleSelectPolicy::for_device(self))
         };
         policy.check(MAX_BUCKET_BITS)?;
-        let plan =
-            SamplePlan::new(data.len() as u64, self.limits().multiprocessors, policy, flags::APPROXIMATE);
-        let mut workspace =
-            self.alloc_zeroed::<u8>(SampleWorkspace::new(&plan, data.len(), size_of::<K>()).bytes)?;
-        let base = self.checked_workspace(data, &plan, &mut workspace)?;
-        let run = self.run_sample_select(data, k as u64 + 1, options.order, &plan, base, None)?;
-        Ok(ApproxSelection { value: decode(run.outcome.value, options.order), rank: run.outcome.rank })
+        Ok(SamplePlan::new(n as u64, self.limits().multiprocessors, policy, flags::APPROXIMATE))
     }
 
     /// The plan of an exact selection (`extra_flags`: [`flags::EMIT`] for top-k).
@@ -549,11 +599,16 @@ impl Gpu {
             let nearest = one_block(NearestLayout::new().bytes);
             self.launch(K::SAMPLE_SELECT_SAMPLE, sample, params)?;
             if plan.policy.window_count && plan.policy.bucket_bits > WINDOW_BITS && n > MAX_SAMPLE as u64 {
-                // Queued without a read-back: the full pass returns at once when the window
-                // answered.
+                // The full count is launched only when the window did not answer (rarely):
+                // the read-back here is the one a selection waits for anyway.
                 let window = SampleParams { flags: params.flags | flags::WINDOW, ..params };
-                self.launch(K::SAMPLE_SELECT_COUNT, pass, window)?;
+                let window_pass = LaunchShape { shared_bytes: WindowLayout::<K::Bits>::new().bytes, ..pass };
+                self.launch(K::SAMPLE_SELECT_WINDOW, window_pass, window)?;
                 self.launch(K::SAMPLE_SELECT_NEAREST, nearest, window)?;
+                let run = self.read_outcome(workspace_base + layout.outcome as u64)?;
+                if run.outcome.done != 0 {
+                    return Ok(run);
+                }
             }
             self.launch(K::SAMPLE_SELECT_COUNT, pass, params)?;
             self.launch(K::SAMPLE_SELECT_NEAREST, nearest, params)?;

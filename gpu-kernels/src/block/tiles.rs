@@ -73,6 +73,43 @@ pub unsafe fn load_keys<K: Copy + Default>(keys: GlobalPtr<K>, tile_start: u64, 
     tile
 }
 
+/// Sixteen bytes of keys: what one vector load moves.
+#[repr(C, align(16))]
+#[derive(Clone, Copy)]
+struct Vector16([u32; 4]);
+
+/// The keys of the full tile at `tile_start` by 16-byte vector loads (a quarter of
+/// [`load_keys`]'s load instructions for 4-byte keys): the thread's items are keys
+/// `tile_start + 4·(thread + 256·j) …` for 4-byte keys, in vectors of 16 bytes; for passes
+/// that count or keep keys whatever their place.
+///
+/// # Safety
+/// The tile is full (`tile_start + TILE` keys at most `keys`' length), and key `tile_start`
+/// is 16-byte aligned (device buffers are, and block ranges start on whole tiles).
+#[inline(always)]
+pub unsafe fn load_tile_vectors<K: Copy + Default>(keys: GlobalPtr<K>, tile_start: u64) -> [K; TILE_ITEMS] {
+    const { assert!(size_of::<K>() == 4 || size_of::<K>() == 8) };
+    let base = unsafe { keys.as_ptr().add(tile_start as usize) } as *const Vector16;
+    let thread = device::thread_idx_x() as usize;
+    let vector = |j: usize| unsafe { base.add(thread + j * TILE_THREADS as usize).read() }.0;
+    // Word by word into the items (a reinterpreted array of vectors gave a stack frame).
+    let mut tile = [K::default(); TILE_ITEMS];
+    if size_of::<K>() == 4 {
+        let words = [vector(0), vector(1)];
+        for (i, item) in tile.iter_mut().enumerate() {
+            *item = unsafe { core::mem::transmute_copy::<u32, K>(&words[i / 4][i % 4]) };
+        }
+    } else {
+        let words = [vector(0), vector(1), vector(2), vector(3)];
+        for (i, item) in tile.iter_mut().enumerate() {
+            let (low, high) = (words[i / 2][2 * (i % 2)], words[i / 2][2 * (i % 2) + 1]);
+            let bits = low as u64 | (high as u64) << 32;
+            *item = unsafe { core::mem::transmute_copy::<u64, K>(&bits) };
+        }
+    }
+    tile
+}
+
 /// Counts buckets into a block's histogram, one thread's items at a time: a run of equal
 /// buckets is added with one atomic when the bucket changes (CUB's run-length trick).
 /// Skewed buckets (the exponent byte of floats, sorted or all-equal inputs) would otherwise

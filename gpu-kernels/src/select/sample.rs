@@ -54,7 +54,7 @@ use crate::block::bitonic_sort::{
 };
 use crate::block::tiles::{
     BucketRuns, HISTOGRAM_BUCKETS, TILE, TILE_COUNT_SET, TILE_ITEMS, TILE_THREADS, TILE_WARPS, block_range,
-    load_keys, place_in_order, publish_histogram, scan_block_offsets, unroll_items,
+    load_keys, load_tile_vectors, place_in_order, publish_histogram, scan_block_offsets, unroll_items,
 };
 use crate::device::{self, SharedLayout, SharedRegion, SharedSlice};
 use crate::key::{Key, OrderedBits};
@@ -72,9 +72,9 @@ pub const MAX_BUCKET_BITS: u32 = 10;
 pub const MAX_EXACT_BUCKET_BITS: u32 = 8;
 /// The largest sample, and the most candidates the base case sorts: one block sort.
 pub const MAX_SAMPLE: u32 = MAX_BLOCK_SORT_LEN;
-/// Bits of the window count of approximate selection: its tree's depth.
+/// Bits of the window pass of approximate selection: its tree's depth.
 pub const WINDOW_BITS: u32 = 6;
-/// Consecutive splitters the window count compares against (one tree of depth
+/// Consecutive splitters the window pass compares against (one tree of depth
 /// [`WINDOW_BITS`]); sample noise moves a splitter's rank by about `n / √sample`, and
 /// ±31 splitters of 1024 cover three times that for a sample of 2048.
 pub const WINDOW_SPLITTERS: u32 = (1 << WINDOW_BITS) - 1;
@@ -125,9 +125,10 @@ pub mod flags {
     pub const APPROXIMATE: u32 = 4;
     /// QuickSelect: one pivot (the sample median) and a three-way partition.
     pub const SINGLE_PIVOT: u32 = 8;
-    /// With `APPROXIMATE`: count only against the [`WINDOW_SPLITTERS`](super::WINDOW_SPLITTERS)
-    /// splitters around the wanted rank's estimate; the nearest kernel answers only when that
-    /// proves the answer the full count would give (else a full count follows).
+    /// With `APPROXIMATE`: `sample_select_window_<key>` counts only against the
+    /// [`WINDOW_SPLITTERS`](super::WINDOW_SPLITTERS) splitters around the wanted rank's
+    /// estimate; the nearest kernel answers only when that proves the answer the full count
+    /// would give (else a full count follows).
     pub const WINDOW: u32 = 16;
     /// Bucket select: the splitters divide the level's key range (the data's minimum to
     /// maximum, found by `sample_select_range_<key>`, then the target bucket's bounds)
@@ -780,20 +781,12 @@ pub unsafe fn count<K: Key>(params: SampleParams<K>) {
     if level.source == source::NONE || level.decision.action != action::PENDING {
         return;
     }
-    let window = params.has(flags::WINDOW);
-    if params.has(flags::APPROXIMATE) && !window && unsafe { params.outcome.read(0) }.done != 0 {
-        // The window count before this one found the answer.
-        return;
-    }
-    let (depth, first_splitter, totals) = if window {
-        (WINDOW_BITS, window_start(&params), params.totals.offset(MAX_BUCKETS as u64))
-    } else {
-        (params.bucket_bits, 0, params.level_totals(params.level))
-    };
+    let depth = params.bucket_bits;
+    let totals = params.level_totals(params.level);
     let layout = SamplePassLayout::<K::Bits>::new();
     let (tree, histogram, warp_sums) =
         unsafe { (layout.tree.bind(), layout.histogram.bind(), layout.warp_sums.bind()) };
-    unsafe { load_tree(&params, &tree, depth, first_splitter) };
+    unsafe { load_tree(&params, &tree, depth, 0) };
     // Publishing reads all 256 buckets, also when fewer are used.
     unsafe { clear_buckets(&histogram, (1 << depth).max(HISTOGRAM_BUCKETS)) };
 
@@ -879,6 +872,162 @@ pub unsafe fn count<K: Key>(params: SampleParams<K>) {
     }
 }
 
+/// Keys of the window one warp of the window pass holds in shared memory before it walks
+/// them through the window's tree together: a walk starts once more than half are taken,
+/// so that a tile (256 keys a warp) always fits.
+pub const WINDOW_STAGE: usize = 512;
+
+/// Shared memory of the window pass.
+#[derive(Clone, Copy, Debug)]
+pub struct WindowLayout<B> {
+    /// The window's [`WINDOW_SPLITTERS`] as an implicit search tree.
+    pub tree: SharedRegion<B>,
+    /// The block's histogram of the window's `2^WINDOW_BITS` buckets.
+    pub histogram: SharedRegion<u32>,
+    /// [`WINDOW_STAGE`] rank bits per warp, of keys inside the window.
+    pub stage: SharedRegion<B>,
+    /// Bytes to ask for at launch.
+    pub bytes: usize,
+}
+
+impl<B> WindowLayout<B> {
+    /// The layout.
+    pub const fn new() -> Self {
+        let (layout, tree) = SharedLayout::new().push::<B>(1 << WINDOW_BITS);
+        let (layout, histogram) = layout.push::<u32>(1 << WINDOW_BITS);
+        let (layout, stage) = layout.push::<B>(TILE_WARPS * WINDOW_STAGE);
+        Self { tree, histogram, stage, bytes: layout.bytes() }
+    }
+}
+
+impl<B> Default for WindowLayout<B> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The `sample_select_window_<key>` kernel, approximate selection's first pass with
+/// [`flags::WINDOW`]: the counts of the window's buckets, the [`WINDOW_SPLITTERS`]
+/// splitters around the wanted rank's estimate (all keys below the first in bucket 0, all
+/// from the last on in the last bucket). Most keys fall outside the window and cost two
+/// compares; each warp stages the few inside (about 6 % with 1024 buckets) in shared memory
+/// and walks them through the window's tree together, 32 at a time, so that no lane walks
+/// while the others wait.
+///
+/// # Safety
+/// [`SAMPLE_THREADS`] threads, [`WindowLayout::bytes`] of shared memory, `grid.x =
+/// params.blocks`; level 0's sample kernel has run with `APPROXIMATE` and `bucket_bits >
+/// WINDOW_BITS`; the window's totals cleared; each block's range below 2^32 keys.
+pub unsafe fn window<K: Key>(params: SampleParams<K>) {
+    let level = unsafe { params.levels.read(0) };
+    if level.source == source::NONE || level.decision.action != action::PENDING {
+        return;
+    }
+    let layout = WindowLayout::<K::Bits>::new();
+    let (tree, histogram, stage) =
+        unsafe { (layout.tree.bind(), layout.histogram.bind(), layout.stage.bind()) };
+    let first_splitter = window_start(&params);
+    unsafe { load_tree(&params, &tree, WINDOW_BITS, first_splitter) };
+    unsafe { clear_buckets(&histogram, 1 << WINDOW_BITS) };
+    let mut top = [K::Bits::MIN; 7];
+    for (node, splitter) in top.iter_mut().enumerate() {
+        *splitter = unsafe { tree.load(node) };
+    }
+    let splitter = |j: u32| K::Bits::from_u64(unsafe { params.level_splitters().read(j as u64) });
+    let (low, high) = (splitter(first_splitter), splitter(first_splitter + WINDOW_SPLITTERS - 1));
+
+    let flip = params.flip();
+    let (start, end) = block_range(params.len, params.blocks);
+    let thread = device::thread_idx_x() as usize;
+    let warp_stage = device::warp_id() as usize * WINDOW_STAGE;
+    // Warp-uniform: keys in this warp's stage.
+    let mut staged = 0u32;
+    let (mut at_least_low, mut at_least_high) = (0u32, 0u32);
+    // Tile t + 1 is loaded before tile t is worked on, as in the count; whole tiles by
+    // vectors (their keys' places do not matter here), the last one key by key.
+    let load = |at: u64| unsafe {
+        if at + TILE <= end { load_tile_vectors(params.data, at) } else { load_keys(params.data, at, end) }
+    };
+    let mut tile_start = start;
+    let mut next = if start < end { load(start) } else { [K::default(); TILE_ITEMS] };
+    while tile_start < end {
+        let tile_keys = next;
+        if tile_start + TILE < end {
+            next = load(tile_start + TILE);
+        }
+        let first = tile_start + thread as u64;
+        let full = tile_start + TILE <= end;
+        unroll_items!(i => {
+            let valid = full || first + (i as u64) * (TILE_THREADS as u64) < end;
+            let rank = tile_keys[i].to_ordered().xor(flip);
+            let (above_low, above_high) = (valid && rank >= low, valid && rank >= high);
+            at_least_low += above_low as u32;
+            at_least_high += above_high as u32;
+            staged += unsafe { stage_lanes(&stage, warp_stage + staged as usize, above_low && !above_high, rank) };
+        });
+        if staged as usize > WINDOW_STAGE - TILE_ITEMS * 32 {
+            unsafe { count_stage(&stage, warp_stage, staged, &top, &tree, &histogram) };
+            staged = 0;
+        }
+        tile_start += TILE;
+    }
+    unsafe { count_stage(&stage, warp_stage, staged, &top, &tree, &histogram) };
+
+    let last_bucket = (1 << WINDOW_BITS) - 1;
+    let (warp_low, warp_high) =
+        unsafe { (warp::reduce_add_u32(at_least_low), warp::reduce_add_u32(at_least_high)) };
+    if device::lane_id() == 0 {
+        // Bucket 0 gets the warp's keys below the window as the block's keys less those
+        // at least as large as its first splitter: the block's count is added once, below.
+        unsafe { histogram.atomic_add(0, 0u32.wrapping_sub(warp_low)) };
+        unsafe { histogram.atomic_add(last_bucket, warp_high) };
+    }
+    unsafe { device::sync_threads() };
+    let totals = params.totals.offset(MAX_BUCKETS as u64).as_ptr();
+    let mut bucket = thread;
+    while bucket <= last_bucket {
+        let mut count = unsafe { histogram.load(bucket) };
+        if bucket == 0 {
+            count = count.wrapping_add((end - start) as u32);
+        }
+        if count != 0 {
+            unsafe { device::global_atomic_add_u64(totals.wrapping_add(bucket), count as u64) };
+        }
+        bucket += SAMPLE_THREADS as usize;
+    }
+}
+
+/// Walks a warp's `staged` rank bits through the window's tree and counts their buckets in
+/// the block's histogram.
+///
+/// # Safety
+/// All lanes of the warp call it together with the same arguments; `top` holds the tree's
+/// first seven nodes.
+#[inline(always)]
+unsafe fn count_stage<B: OrderedBits>(
+    stage: &SharedSlice<B>,
+    warp_stage: usize,
+    staged: u32,
+    top: &[B; 7],
+    tree: &SharedSlice<B>,
+    histogram: &SharedSlice<u32>,
+) {
+    // The stage's stores by other lanes are visible after the warp barrier.
+    unsafe { device::sync_warp(device::FULL_WARP) };
+    let mut j = device::lane_id();
+    while j < staged {
+        let rank = unsafe { stage.load(warp_stage + j as usize) };
+        let mut node = top_levels(top, rank);
+        for _ in REGISTER_LEVELS..WINDOW_BITS {
+            node = 2 * node + 1 + (rank >= unsafe { tree.load(node as usize) }) as u32;
+        }
+        unsafe { histogram.atomic_add((node + 1 - (1 << WINDOW_BITS)) as usize, 1) };
+        j += 32;
+    }
+    // Every lane has read its keys before any stores the next ones.
+    unsafe { device::sync_warp(device::FULL_WARP) };
+}
+
 /// Keys one warp of the bracket pass holds in shared memory before it copies them out: a
 /// copy starts once more than half are taken, so that a tile (256 keys a warp) always fits.
 pub const BRACKET_STAGE: usize = 512;
@@ -950,7 +1099,6 @@ pub unsafe fn bracket<K: Key>(params: SampleParams<K>) {
     let kept = params.level_totals(params.level).as_ptr().wrapping_add(BRACKET_INSIDE as usize);
     let out = params.buffer_keys[0];
     let warp_stage = device::warp_id() as usize * BRACKET_STAGE;
-    let lanes_below = device::lanemask_lt();
     // Warp-uniform: keys in this warp's stage.
     let mut staged = 0u32;
     let mut at_least = [0u32; BRACKET_COUNTERS];
@@ -975,12 +1123,7 @@ pub unsafe fn bracket<K: Key>(params: SampleParams<K>) {
                 at_least[4] += (rank == K::Bits::MAX) as u32;
             }
             let inside = valid && rank >= bounds[1] && rank < bounds[2];
-            let inside_lanes = unsafe { device::ballot(device::FULL_WARP, inside) };
-            if inside {
-                let place = staged + (inside_lanes & lanes_below).count_ones();
-                unsafe { stage.store(warp_stage + place as usize, tile_keys[i]) };
-            }
-            staged += inside_lanes.count_ones();
+            staged += unsafe { stage_lanes(&stage, warp_stage + staged as usize, inside, tile_keys[i]) };
         });
         if staged as usize > BRACKET_STAGE - TILE_ITEMS * 32 {
             unsafe { copy_out_stage(&stage, warp_stage, staged, out, kept, params.capacity) };
@@ -1015,6 +1158,21 @@ pub unsafe fn bracket<K: Key>(params: SampleParams<K>) {
         add(4, count(3) - count(4));
         add(7, count(4));
     }
+}
+
+/// Appends the values of the lanes where `keep` holds to a warp's stage at `at`, in lane
+/// order; returns how many the warp appended (the same on every lane).
+///
+/// # Safety
+/// All lanes of the warp call it together; the stage has room for 32 more from `at`.
+#[inline(always)]
+unsafe fn stage_lanes<T: Copy>(stage: &SharedSlice<T>, at: usize, keep: bool, value: T) -> u32 {
+    let kept_lanes = unsafe { device::ballot(device::FULL_WARP, keep) };
+    if keep {
+        let place = (kept_lanes & device::lanemask_lt()).count_ones();
+        unsafe { stage.store(at + place as usize, value) };
+    }
+    kept_lanes.count_ones()
 }
 
 /// Copies a warp's `staged` keys from its stage to `out`, at places reserved by one atomic
