@@ -860,22 +860,37 @@ pub unsafe fn count<K: Key>(params: SampleParams<K>) {
         unsafe { publish_histogram(&histogram, &warp_sums, params.cumulative, totals) };
     } else {
         // Approximate: no filter follows, so only the totals are needed.
-        unsafe { device::sync_threads() };
-        let mut bucket = device::thread_idx_x() as usize;
-        while bucket < 1 << depth {
-            let count = unsafe { histogram.load(bucket) };
-            if count != 0 {
-                unsafe { device::global_atomic_add_u64(totals.add(bucket), count as u64) };
-            }
-            bucket += SAMPLE_THREADS as usize;
-        }
+        unsafe { add_to_totals(&histogram, 1 << depth, totals) };
     }
 }
 
-/// Keys of the window one warp of the window pass holds in shared memory before it walks
-/// them through the window's tree together: a walk starts once more than half are taken,
+/// Adds the block's histogram of `buckets` buckets to the level's totals. Starts with a
+/// barrier.
+///
+/// # Safety
+/// *Block-wide*; `totals` holds `buckets` counters.
+unsafe fn add_to_totals(histogram: &SharedSlice<u32>, buckets: usize, totals: *mut u64) {
+    unsafe { device::sync_threads() };
+    let mut bucket = device::thread_idx_x() as usize;
+    while bucket < buckets {
+        let count = unsafe { histogram.load(bucket) };
+        if count != 0 {
+            unsafe { device::global_atomic_add_u64(totals.wrapping_add(bucket), count as u64) };
+        }
+        bucket += SAMPLE_THREADS as usize;
+    }
+}
+
+/// Keys one warp of the window and bracket passes holds in shared memory (its *stage*)
+/// before it works on them together: the stage is emptied once more than half is taken,
 /// so that a tile (256 keys a warp) always fits.
-pub const WINDOW_STAGE: usize = 512;
+pub const WARP_STAGE: usize = 512;
+
+/// Whether a warp's stage with `staged` keys must be emptied before the next tile.
+#[inline(always)]
+fn stage_is_full(staged: u32) -> bool {
+    staged as usize > WARP_STAGE - TILE_ITEMS * 32
+}
 
 /// Shared memory of the window pass.
 #[derive(Clone, Copy, Debug)]
@@ -884,7 +899,7 @@ pub struct WindowLayout<B> {
     pub tree: SharedRegion<B>,
     /// The block's histogram of the window's `2^WINDOW_BITS` buckets.
     pub histogram: SharedRegion<u32>,
-    /// [`WINDOW_STAGE`] rank bits per warp, of keys inside the window.
+    /// [`WARP_STAGE`] rank bits per warp, of keys inside the window.
     pub stage: SharedRegion<B>,
     /// Bytes to ask for at launch.
     pub bytes: usize,
@@ -895,7 +910,7 @@ impl<B> WindowLayout<B> {
     pub const fn new() -> Self {
         let (layout, tree) = SharedLayout::new().push::<B>(1 << WINDOW_BITS);
         let (layout, histogram) = layout.push::<u32>(1 << WINDOW_BITS);
-        let (layout, stage) = layout.push::<B>(TILE_WARPS * WINDOW_STAGE);
+        let (layout, stage) = layout.push::<B>(TILE_WARPS * WARP_STAGE);
         Self { tree, histogram, stage, bytes: layout.bytes() }
     }
 }
@@ -939,7 +954,7 @@ pub unsafe fn window<K: Key>(params: SampleParams<K>) {
     let flip = params.flip();
     let (start, end) = block_range(params.len, params.blocks);
     let thread = device::thread_idx_x() as usize;
-    let warp_stage = device::warp_id() as usize * WINDOW_STAGE;
+    let warp_stage = device::warp_id() as usize * WARP_STAGE;
     // Warp-uniform: keys in this warp's stage.
     let mut staged = 0u32;
     let (mut at_least_low, mut at_least_high) = (0u32, 0u32);
@@ -965,7 +980,7 @@ pub unsafe fn window<K: Key>(params: SampleParams<K>) {
             at_least_high += above_high as u32;
             staged += unsafe { stage_lanes(&stage, warp_stage + staged as usize, above_low && !above_high, rank) };
         });
-        if staged as usize > WINDOW_STAGE - TILE_ITEMS * 32 {
+        if stage_is_full(staged) {
             unsafe { count_stage(&stage, warp_stage, staged, &top, &tree, &histogram) };
             staged = 0;
         }
@@ -976,25 +991,17 @@ pub unsafe fn window<K: Key>(params: SampleParams<K>) {
     let last_bucket = (1 << WINDOW_BITS) - 1;
     let (warp_low, warp_high) =
         unsafe { (warp::reduce_add_u32(at_least_low), warp::reduce_add_u32(at_least_high)) };
+    // Bucket 0 gets the block's keys less those at least as large as the window's first
+    // splitter (wrapping in between; the sum is right).
+    if thread == 0 {
+        unsafe { histogram.atomic_add(0, (end - start) as u32) };
+    }
     if device::lane_id() == 0 {
-        // Bucket 0 gets the warp's keys below the window as the block's keys less those
-        // at least as large as its first splitter: the block's count is added once, below.
         unsafe { histogram.atomic_add(0, 0u32.wrapping_sub(warp_low)) };
         unsafe { histogram.atomic_add(last_bucket, warp_high) };
     }
-    unsafe { device::sync_threads() };
     let totals = params.totals.offset(MAX_BUCKETS as u64).as_ptr();
-    let mut bucket = thread;
-    while bucket <= last_bucket {
-        let mut count = unsafe { histogram.load(bucket) };
-        if bucket == 0 {
-            count = count.wrapping_add((end - start) as u32);
-        }
-        if count != 0 {
-            unsafe { device::global_atomic_add_u64(totals.wrapping_add(bucket), count as u64) };
-        }
-        bucket += SAMPLE_THREADS as usize;
-    }
+    unsafe { add_to_totals(&histogram, 1 << WINDOW_BITS, totals) };
 }
 
 /// Walks a warp's `staged` rank bits through the window's tree and counts their buckets in
@@ -1028,9 +1035,6 @@ unsafe fn count_stage<B: OrderedBits>(
     unsafe { device::sync_warp(device::FULL_WARP) };
 }
 
-/// Keys one warp of the bracket pass holds in shared memory before it copies them out: a
-/// copy starts once more than half are taken, so that a tile (256 keys a warp) always fits.
-pub const BRACKET_STAGE: usize = 512;
 /// The bracket pass's counters: keys at least as large as each of the first four splitters,
 /// then keys of rank `MAX`.
 pub const BRACKET_COUNTERS: usize = 5;
@@ -1042,7 +1046,7 @@ pub const BRACKET_INSIDE: u32 = 2;
 /// Shared memory of the bracket pass.
 #[derive(Clone, Copy, Debug)]
 pub struct BracketLayout<K> {
-    /// [`BRACKET_STAGE`] keys per warp on their way to the candidate buffer.
+    /// [`WARP_STAGE`] keys per warp on their way to the candidate buffer.
     pub stage: SharedRegion<K>,
     /// The block's [`BRACKET_COUNTERS`].
     pub counters: SharedRegion<u32>,
@@ -1053,7 +1057,7 @@ pub struct BracketLayout<K> {
 impl<K> BracketLayout<K> {
     /// The layout.
     pub const fn new() -> Self {
-        let (layout, stage) = SharedLayout::new().push::<K>(TILE_WARPS * BRACKET_STAGE);
+        let (layout, stage) = SharedLayout::new().push::<K>(TILE_WARPS * WARP_STAGE);
         let (layout, counters) = layout.push::<u32>(BRACKET_COUNTERS);
         Self { stage, counters, bytes: layout.bytes() }
     }
@@ -1098,7 +1102,7 @@ pub unsafe fn bracket<K: Key>(params: SampleParams<K>) {
     let (start, end) = block_range(len, params.blocks);
     let kept = params.level_totals(params.level).as_ptr().wrapping_add(BRACKET_INSIDE as usize);
     let out = params.buffer_keys[0];
-    let warp_stage = device::warp_id() as usize * BRACKET_STAGE;
+    let warp_stage = device::warp_id() as usize * WARP_STAGE;
     // Warp-uniform: keys in this warp's stage.
     let mut staged = 0u32;
     let mut at_least = [0u32; BRACKET_COUNTERS];
@@ -1125,7 +1129,7 @@ pub unsafe fn bracket<K: Key>(params: SampleParams<K>) {
             let inside = valid && rank >= bounds[1] && rank < bounds[2];
             staged += unsafe { stage_lanes(&stage, warp_stage + staged as usize, inside, tile_keys[i]) };
         });
-        if staged as usize > BRACKET_STAGE - TILE_ITEMS * 32 {
+        if stage_is_full(staged) {
             unsafe { copy_out_stage(&stage, warp_stage, staged, out, kept, params.capacity) };
             staged = 0;
         }
