@@ -338,14 +338,21 @@ fn bench_selection(
         bench_select_approx(criterion, gpu, keys, approx, floor_ms, cases);
     }
     eprintln!("select: SampleSelect top-k");
+    let default = SampleSelectPolicy::for_device(gpu);
     let sample_top_k = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::SampleSelect);
-    for (k, options) in
-        [(1024, sample_top_k), (262_144, sample_top_k), (262_144, sample_top_k.with_sorted(false))]
-    {
-        bench_top_k(criterion, gpu, keys, (k, options), "uniform", floor_ms, cases);
+    let levels_only = sample_top_k.with_policy(SampleSelectPolicy { bracket: false, ..default });
+    for (k, options, label) in [
+        (1024, sample_top_k, "uniform"),
+        (262_144, sample_top_k, "uniform"),
+        (262_144, sample_top_k.with_sorted(false), "uniform"),
+        (262_144, levels_only, "uniform no-bracket"),
+        // The largest k the bracket takes (n/64), and one past it.
+        (n / 64, sample_top_k, "uniform"),
+        (n / 64 + 1, sample_top_k, "uniform"),
+    ] {
+        bench_top_k(criterion, gpu, keys, (k, options), label, floor_ms, cases);
     }
     eprintln!("select: policy sweep");
-    let default = SampleSelectPolicy::for_device(gpu);
     for policy in [
         SampleSelectPolicy { bracket: false, ..default },
         SampleSelectPolicy { warp_aggregated: true, ..default },
@@ -386,6 +393,7 @@ fn bench_selection_duplicates(
         eprintln!("select: {label}");
         bench_select(criterion, gpu, &data, (n / 2, sample), &label, floor_ms, cases);
         bench_top_k(criterion, gpu, &data, (1024, sample_top_k), &label, floor_ms, cases);
+        bench_top_k(criterion, gpu, &data, (262_144, sample_top_k), &label, floor_ms, cases);
     }
 }
 

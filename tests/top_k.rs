@@ -206,6 +206,62 @@ fn radix_and_sample_select_take_any_k() {
 }
 
 #[test]
+fn sample_select_brackets_a_small_k() {
+    // SampleSelect's top-k of k ≤ n/64 starts with one read that keeps the keys below a
+    // sampled bound, in runs put back in input order: every distribution (ties of the bound
+    // end it at once: all-equal, few distinct), both orders, sorted and not, against the
+    // usual levels (no bracket), and samples so small that the kept keys overflow the
+    // buffer (n/32) and the data is sampled again.
+    let gpu = common::gpu();
+    // GPU_SELECT_BRACKET_TEST_KEYS: fewer keys, for a run under compute-sanitizer.
+    let n = std::env::var("GPU_SELECT_BRACKET_TEST_KEYS").ok().and_then(|keys| keys.parse().ok());
+    let n = n.unwrap_or(if common::on_emulator(&gpu) { 40_000 } else { 4_000_000 });
+    let default = gpu_select::SampleSelectPolicy::for_device(&gpu);
+    assert!(default.bracket, "the measured policy brackets");
+    let policies = [
+        default,
+        gpu_select::SampleSelectPolicy { bracket: false, ..default },
+        gpu_select::SampleSelectPolicy { sample_size: 16, ..default },
+        gpu_select::SampleSelectPolicy { sample_size: 256, blocks_per_sm: 1, ..default },
+    ];
+    // 1024 distinct values: the kept keys repeat across warps, so their order matters.
+    let distributions = DISTRIBUTIONS.iter().copied().chain([Distribution::FewDistinct(1024)]);
+    for (d, distribution) in distributions.enumerate() {
+        let data = generate::<f32>(n, distribution, 41 + d as u64);
+        for order in [Order::Smallest, Order::Largest] {
+            for (p, policy) in policies.iter().enumerate() {
+                for k in [1, 77, n / 1024, n / 64] {
+                    let options =
+                        TopKOptions::new(order).with_algorithm(Algorithm::SampleSelect).with_policy(*policy);
+                    let context = format!("{distribution:?} {order:?} policy {p} k={k}");
+                    check(&gpu, &data, k, options, &format!("{context} sorted"));
+                    if p == 0 {
+                        check(&gpu, &data, k, options.with_sorted(false), &format!("{context} unsorted"));
+                    }
+                }
+            }
+        }
+    }
+    // Every key has the largest rank (i32::MIN, largest first): the bound is MAX itself.
+    let lowest = vec![i32::MIN; n];
+    let options = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::SampleSelect);
+    check(&gpu, &lowest, n / 100, options, "all i32::MIN, largest first");
+    // Ties of the bound spread over every warp, and a bound that is the data's maximum.
+    let mut ties = generate::<u32>(n, Distribution::FewDistinct(4), 7);
+    ties[n - 1] = u32::MAX;
+    for k in [n / 64, 5] {
+        check(&gpu, &ties, k, options, &format!("four values and one maximum, k={k}"));
+        check(
+            &gpu,
+            &ties,
+            k,
+            TopKOptions { order: Order::Smallest, ..options },
+            &format!("four values, smallest, k={k}"),
+        );
+    }
+}
+
+#[test]
 fn pruned_passes_agree_with_the_oracle() {
     // Inputs of 512 tiles and more are sampled first: the sample's k-th best bounds the main
     // pass, and blocks tighten it with their own running k-th best. Distributions where

@@ -12,7 +12,8 @@ use crate::merge::{MergeParams, merge_runs};
 use crate::params::BlockSortParams;
 use crate::probe::{ProbeParams, global_atomics, indices, shared_memory, warp_collectives};
 use crate::select::sample::{
-    SampleParams, bracket as sample_bracket_body, choose as sample_choose_body, count as sample_count_body,
+    SampleParams, bracket as sample_bracket_body, bracket_place as sample_bracket_place_body,
+    bracket_top_k as sample_bracket_top_k_body, choose as sample_choose_body, count as sample_count_body,
     filter as sample_filter_body, gather as sample_gather_body, nearest as sample_nearest_body,
     range as sample_range_body, sample as sample_sample_body, window as sample_window_body,
 };
@@ -104,6 +105,12 @@ pub trait KernelKey: Key {
     /// SampleSelect, selection only: the first level's bracket pass (counts, and copies the
     /// keys between the bounds).
     const SAMPLE_SELECT_BRACKET: KernelId<SampleParams<Self>>;
+    /// SampleSelect, top-k: the first level's bracket pass (counts, and copies the keys below
+    /// the upper bound in runs).
+    const SAMPLE_SELECT_BRACKET_TOP_K: KernelId<SampleParams<Self>>;
+    /// SampleSelect, top-k: the bracket's runs to their places in input order, and the upper
+    /// bound's first ties.
+    const SAMPLE_SELECT_BRACKET_PLACE: KernelId<SampleParams<Self>>;
     /// SampleSelect, approximate: the window's counts (the splitters around the wanted rank).
     const SAMPLE_SELECT_WINDOW: KernelId<SampleParams<Self>>;
     /// SampleSelect, approximate: the splitter nearest to the wanted rank.
@@ -170,6 +177,8 @@ crate::__kernel_table! {
         SAMPLE_SELECT_FILTER = sample_select_filter(SampleParams) => sample_filter_body;
         SAMPLE_SELECT_GATHER = sample_select_gather(SampleParams) => sample_gather_body;
         SAMPLE_SELECT_BRACKET = sample_select_bracket(SampleParams) => sample_bracket_body;
+        SAMPLE_SELECT_BRACKET_TOP_K = sample_select_bracket_top_k(SampleParams) => sample_bracket_top_k_body;
+        SAMPLE_SELECT_BRACKET_PLACE = sample_select_bracket_place(SampleParams) => sample_bracket_place_body;
         SAMPLE_SELECT_WINDOW = sample_select_window(SampleParams) => sample_window_body;
         SAMPLE_SELECT_NEAREST = sample_select_nearest(SampleParams) => sample_nearest_body;
     }

@@ -5,12 +5,13 @@
 //! Kernel docs: `gpu_select_kernels::select::sample`.
 
 use gpu_select_kernels::block::tiles::TILE;
+use gpu_select_kernels::block::tiles::TILE_WARPS;
 use gpu_select_kernels::params::GlobalPtr;
 use gpu_select_kernels::select::sample::{
-    BRACKET_BUCKET_BITS, BracketLayout, LEVEL_SLOTS, MAX_BUCKET_BITS, MAX_BUCKETS, MAX_EXACT_BUCKET_BITS,
-    MAX_SAMPLE, MAX_SAMPLE_BLOCKS, NearestLayout, RangeLayout, SAMPLE_THREADS, SPLITTER_SLOTS,
-    SampleChooseLayout, SampleLevel, SampleOutcome, SampleParams, SamplePassLayout, SampleSortLayout,
-    WINDOW_BITS, WindowLayout, flags,
+    BRACKET_BUCKET_BITS, BracketLayout, BracketTopKLayout, KeptRun, LEVEL_SLOTS, MAX_BUCKET_BITS,
+    MAX_BUCKETS, MAX_EXACT_BUCKET_BITS, MAX_SAMPLE, MAX_SAMPLE_BLOCKS, NearestLayout, RangeLayout,
+    SAMPLE_THREADS, SPLITTER_SLOTS, SampleChooseLayout, SampleLevel, SampleOutcome, SampleParams,
+    SamplePassLayout, SampleSortLayout, WARP_TILE, WINDOW_BITS, WindowLayout, flags,
 };
 
 use crate::buffer::{DeviceBuffer, DeviceValue};
@@ -179,6 +180,8 @@ pub(crate) struct SamplePlan {
     blocks: u32,
     /// Candidates each buffer holds.
     capacity: u64,
+    /// Top-k's bracket: the runs of kept keys its table holds (else 0).
+    run_capacity: u64,
     /// [`flags`] of the run.
     flags: u32,
 }
@@ -196,9 +199,14 @@ const BRACKET_DIVISOR: u64 = 8;
 /// The fewest keys a bracket is tried on: 16 samples' worth of candidates, so that what it
 /// keeps (about 9 %) still takes a level of its own. Speed is measured at 2^28 only.
 const BRACKET_MIN_KEYS: u64 = 16 * MAX_SAMPLE as u64;
+/// Top-k brackets `k ≤ n / TOP_K_BRACKET_DIVISOR`: what its pass keeps (the keys below the
+/// upper bound, about `k` plus four standard deviations of a sample quantile, 2.6 % of `n`
+/// at this `k`) then fits the candidate buffer of `n / 32` without making it larger.
+pub(crate) const TOP_K_BRACKET_DIVISOR: u64 = 64;
 
 impl SamplePlan {
-    /// The plan for `n` keys; `flags`: [`flags::EMIT`] for top-k, [`flags::APPROXIMATE`].
+    /// The plan for `n` keys; `flags`: [`flags::EMIT`] for top-k, [`flags::APPROXIMATE`],
+    /// [`flags::BRACKET`].
     pub(crate) fn new(n: u64, multiprocessors: u32, policy: SampleSelectPolicy, mut flags: u32) -> Self {
         let blocks = n
             .div_ceil(TILE)
@@ -220,9 +228,16 @@ impl SamplePlan {
         let kept = if flags & flags::EQUAL_WIDTH != 0 { n } else { kept };
         // A bracket keeps up to `n / BRACKET_DIVISOR`: 1.4 times a median's expected 9 %
         // share, which its spread (about 0.7 % of n for a sample of 2048) stays far below.
-        let kept = if flags & flags::BRACKET != 0 { kept.max(n / BRACKET_DIVISOR) } else { kept };
+        // Top-k's brackets only a small `k` (TOP_K_BRACKET_DIVISOR), whose kept keys fit
+        // the usual buffers.
+        let top_k_bracket = flags & flags::BRACKET != 0 && flags & flags::EMIT != 0;
+        let kept =
+            if flags & flags::BRACKET != 0 && !top_k_bracket { kept.max(n / BRACKET_DIVISOR) } else { kept };
         let capacity = if buffered { kept.max(MAX_SAMPLE as u64) } else { 0 };
-        Self { policy, blocks: blocks as u32, capacity, flags }
+        // Each run but a warp's last holds more than half a stage (more than 256 keys).
+        let run_capacity =
+            if top_k_bracket { capacity / (WARP_TILE + 1) + blocks * TILE_WARPS as u64 + 1 } else { 0 };
+        Self { policy, blocks: blocks as u32, capacity, run_capacity, flags }
     }
 
     /// Whether the run has `flag` ([`flags`]).
@@ -236,7 +251,8 @@ impl SamplePlan {
         if self.flags & flags::BRACKET != 0 {
             // The bracket's level, then the usual ones on what it keeps.
             let plain = Self { flags: self.flags & !flags::BRACKET, ..*self };
-            return 1 + plain.expected_levels(n / BRACKET_DIVISOR);
+            let kept = if self.flags & flags::EMIT != 0 { self.capacity } else { n / BRACKET_DIVISOR };
+            return 1 + plain.expected_levels(kept);
         }
         let shrink = if self.flags & flags::SINGLE_PIVOT != 0 { 2 } else { 1u64 << self.policy.bucket_bits };
         let mut levels = 1;
@@ -257,6 +273,8 @@ pub(crate) struct SampleWorkspace {
     totals: usize,
     /// Bucket select's range (two words).
     range: usize,
+    /// Top-k's bracket: its kept keys and runs (two words).
+    kept: usize,
     /// Bytes from the start cleared before the first launch.
     cleared: usize,
     splitters: usize,
@@ -266,6 +284,7 @@ pub(crate) struct SampleWorkspace {
     oracles: usize,
     buffer_keys: [usize; 2],
     buffer_indices: [usize; 2],
+    runs: usize,
     pub(crate) bytes: usize,
 }
 
@@ -281,23 +300,28 @@ impl SampleWorkspace {
         let outcome = carver.region(size_of::<SampleOutcome>());
         let totals = carver.region(2 * MAX_BUCKETS * 8);
         let range = carver.region(if plan.flags & flags::EQUAL_WIDTH != 0 { 16 } else { 0 });
+        let kept = carver.region(if plan.run_capacity != 0 { 16 } else { 0 });
         let cleared = carver.bytes() - start;
         let splitters = carver.region(SPLITTER_SLOTS * 8);
         let blocks = plan.blocks as usize;
         let exact = plan.flags & flags::APPROXIMATE == 0;
         let cumulative = carver.region(if exact { blocks * 256 * 4 } else { 0 });
-        let better_offsets = carver.region(blocks * 8);
-        let tie_offsets = carver.region(blocks * 8);
+        // Per block, or with top-k's bracket per warp.
+        let offsets = if plan.run_capacity != 0 { blocks * TILE_WARPS } else { blocks };
+        let better_offsets = carver.region(offsets * 8);
+        let tie_offsets = carver.region(offsets * 8);
         let oracles = carver.region(if exact { n } else { 0 });
         let capacity = plan.capacity as usize;
         let buffer_keys = [carver.region(capacity * key_bytes), carver.region(capacity * key_bytes)];
         let index_bytes = if plan.flags & flags::EMIT != 0 { capacity * 8 } else { 0 };
         let buffer_indices = [carver.region(index_bytes), carver.region(index_bytes)];
+        let runs = carver.region(plan.run_capacity as usize * size_of::<KeptRun>());
         Self {
             levels,
             outcome,
             totals,
             range,
+            kept,
             cleared,
             splitters,
             cumulative,
@@ -306,6 +330,7 @@ impl SampleWorkspace {
             oracles,
             buffer_keys,
             buffer_indices,
+            runs,
             bytes: carver.bytes() - start,
         }
     }
@@ -488,7 +513,8 @@ impl Gpu {
         Ok(SamplePlan::new(n as u64, self.limits().multiprocessors, policy, flags::APPROXIMATE))
     }
 
-    /// The plan of an exact selection (`extra_flags`: [`flags::EMIT`] for top-k).
+    /// The plan of an exact selection (`extra_flags`: [`flags::EMIT`] for top-k, with
+    /// [`flags::BRACKET`] for top-k of a small `k` when the policy brackets).
     pub(crate) fn plan_select(
         &self,
         n: usize,
@@ -504,9 +530,10 @@ impl Gpu {
             }
             SelectAlgorithm::Auto | SelectAlgorithm::SampleSelect => {
                 let policy = options.policy.unwrap_or_else(|| SampleSelectPolicy::for_device(self));
-                // Plain selection only: the bracket keeps no order and emits nothing (top-k's
-                // `EMIT`), and takes its splitters from a sample (not bucket select's widths).
-                let bracket = policy.bracket && extra_flags == 0 && n as u64 >= BRACKET_MIN_KEYS;
+                // Plain selection's bracket, or top-k's when it asks (a small `k`); not bucket
+                // select's, whose splitters are widths, not samples.
+                let wanted = extra_flags == 0 || extra_flags == flags::EMIT | flags::BRACKET;
+                let bracket = policy.bracket && wanted && n as u64 >= BRACKET_MIN_KEYS;
                 (policy, if bracket { flags::BRACKET } else { 0 })
             }
         };
@@ -514,7 +541,8 @@ impl Gpu {
         if flags & flags::SINGLE_PIVOT != 0 && policy.bucket_bits < 2 {
             return Err(Error::invalid("QuickSelect's three-way partition needs bucket_bits ≥ 2"));
         }
-        Ok(SamplePlan::new(n as u64, self.limits().multiprocessors, policy, flags | extra_flags))
+        let flags = flags | (extra_flags & !flags::BRACKET);
+        Ok(SamplePlan::new(n as u64, self.limits().multiprocessors, policy, flags))
     }
 
     fn checked_workspace<K: SelectKey>(
@@ -575,6 +603,9 @@ impl Gpu {
             capacity: plan.capacity,
             seed: SAMPLE_SEED,
             range: at(workspace_base, layout.range),
+            kept: at(workspace_base, layout.kept),
+            runs: at(workspace_base, layout.runs),
+            run_capacity: plan.run_capacity,
             blocks: plan.blocks,
             level: 0,
             order: order.to_raw(),
@@ -627,10 +658,20 @@ impl Gpu {
             // Level 0 brackets the rank: its own splitters and pass, and no filter (the pass
             // copied what it kept); the levels after it are the usual ones.
             let bracket = SampleParams { bucket_bits: BRACKET_BUCKET_BITS, ..params };
-            let bracket_pass = LaunchShape { shared_bytes: BracketLayout::<K>::new().bytes, ..pass };
             self.launch(K::SAMPLE_SELECT_SAMPLE, sample, bracket)?;
-            self.launch(K::SAMPLE_SELECT_BRACKET, bracket_pass, bracket)?;
-            self.launch(K::SAMPLE_SELECT_CHOOSE, choose, bracket)?;
+            if plan.flags & flags::EMIT != 0 {
+                // Top-k's: the pass copies runs of kept keys, the choose kernel turns the
+                // warps' counts into offsets, and the place kernel puts the runs in order.
+                let bracket_pass = LaunchShape { shared_bytes: BracketTopKLayout::<K>::new().bytes, ..pass };
+                self.launch(K::SAMPLE_SELECT_BRACKET_TOP_K, bracket_pass, bracket)?;
+                self.launch(K::SAMPLE_SELECT_CHOOSE, choose, bracket)?;
+                let place = LaunchShape { shared_bytes: 0, ..pass };
+                self.launch(K::SAMPLE_SELECT_BRACKET_PLACE, place, bracket)?;
+            } else {
+                let bracket_pass = LaunchShape { shared_bytes: BracketLayout::<K>::new().bytes, ..pass };
+                self.launch(K::SAMPLE_SELECT_BRACKET, bracket_pass, bracket)?;
+                self.launch(K::SAMPLE_SELECT_CHOOSE, choose, bracket)?;
+            }
             params.flags &= !flags::BRACKET;
             level = 1;
             batch -= 1;

@@ -138,6 +138,9 @@ pub mod flags {
     /// (Floyd–Rivest): the sample kernel makes the splitters [`bracket_splitter`](super::bracket_splitter),
     /// and `sample_select_bracket_<key>` counts the buckets and copies the keys strictly
     /// between the two in one pass, with no oracles and no filter pass. With `bucket_bits = 3`.
+    /// With `EMIT` (top-k of a small `k`), `sample_select_bracket_top_k_<key>` copies every
+    /// key below the upper bound instead, and `sample_select_bracket_place_<key>` puts them
+    /// in input order (see [`bracket_top_k`](super::bracket_top_k)).
     pub const BRACKET: u32 = 64;
 }
 
@@ -227,9 +230,11 @@ pub struct SampleParams<K> {
     pub totals: GlobalPtr<u64>,
     /// `blocks × 256`: each block's cumulative histogram of the current level.
     pub cumulative: GlobalPtr<u32>,
-    /// `blocks`: where each block's better inputs start, among the level's.
+    /// `blocks`: where each block's better inputs start, among the level's (top-k's
+    /// bracket: `blocks × 8`, per warp, the keys it kept).
     pub better_offsets: GlobalPtr<u64>,
-    /// `blocks`: where each block's target inputs start, among the level's.
+    /// `blocks`: where each block's target inputs start, among the level's (top-k's
+    /// bracket: `blocks × 8`, per warp, its keys equal to the upper bound).
     pub tie_offsets: GlobalPtr<u64>,
     /// One bucket byte per candidate (`len` bytes).
     pub oracles: GlobalPtr<u8>,
@@ -245,6 +250,14 @@ pub struct SampleParams<K> {
     /// `sample_select_range_<key>` leaves the data's range: the largest complement of a
     /// rank, then the largest rank.
     pub range: GlobalPtr<u64>,
+    /// Top-k's bracket ([`flags::BRACKET`] with [`flags::EMIT`]): two words, cleared before
+    /// the first launch — the keys the bracket pass kept (places taken in candidate buffer
+    /// 1), then the runs it copied them out in.
+    pub kept: GlobalPtr<u64>,
+    /// Top-k's bracket: where each copied-out run of kept keys lies, `run_capacity` of them.
+    pub runs: GlobalPtr<KeptRun>,
+    /// Runs `runs` holds.
+    pub run_capacity: u64,
     /// Blocks of the count and filter launches (at most [`MAX_SAMPLE_BLOCKS`]).
     pub blocks: u32,
     /// The level this launch works on.
@@ -1213,6 +1226,405 @@ unsafe fn copy_out_stage<K: Key>(
     unsafe { device::sync_warp(device::FULL_WARP) };
 }
 
+/// Keys one warp of top-k's bracket pass reads at a time: key `start + 32·i + lane` in item
+/// `i`, so that item order, then lane order, is input order.
+pub const WARP_TILE: u64 = 32 * TILE_ITEMS as u64;
+
+/// The keys warp `warp` of `warps` reads in top-k's bracket pass: whole [`WARP_TILE`]s, the
+/// warps' ranges in warp order.
+pub fn warp_range(len: u64, warps: u64, warp: u64) -> (u64, u64) {
+    let per_warp = len.div_ceil(WARP_TILE).div_ceil(warps) * WARP_TILE;
+    let start = (warp * per_warp).min(len);
+    (start, (start + per_warp).min(len))
+}
+
+/// One copy-out of top-k's bracket pass: `len` kept keys (with their indices), in input
+/// order, at `source` in candidate buffer 1; among the keys its warp kept, they come after
+/// `warp_offset`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct KeptRun {
+    /// Where the run starts in candidate buffer 1.
+    pub source: u64,
+    /// The warp's keys kept before the run.
+    pub warp_offset: u32,
+    /// The warp (`block · 8 + warp in block`).
+    pub warp: u32,
+    /// Keys in the run.
+    pub len: u32,
+    /// Padding.
+    pub reserved: u32,
+}
+
+/// Shared memory of top-k's bracket pass.
+#[derive(Clone, Copy, Debug)]
+pub struct BracketTopKLayout<K> {
+    /// [`WARP_STAGE`] keys per warp on their way to candidate buffer 1.
+    pub stage_keys: SharedRegion<K>,
+    /// Their places in the warp's range.
+    pub stage_offsets: SharedRegion<u32>,
+    /// The block's keys kept, then its keys equal to the upper bound.
+    pub counters: SharedRegion<u32>,
+    /// Bytes to ask for at launch.
+    pub bytes: usize,
+}
+
+impl<K> BracketTopKLayout<K> {
+    /// The layout.
+    pub const fn new() -> Self {
+        let (layout, stage_keys) = SharedLayout::new().push::<K>(TILE_WARPS * WARP_STAGE);
+        let (layout, stage_offsets) = layout.push::<u32>(TILE_WARPS * WARP_STAGE);
+        let (layout, counters) = layout.push::<u32>(2);
+        Self { stage_keys, stage_offsets, counters, bytes: layout.bytes() }
+    }
+}
+
+impl<K> Default for BracketTopKLayout<K> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The bucket of [`bracket_splitter`] that holds the upper bound alone.
+pub const BRACKET_HIGH: u32 = 3;
+
+/// The `sample_select_bracket_top_k_<key>` kernel, top-k's first level with
+/// [`flags::BRACKET`] and [`flags::EMIT`] (for `k` up to a small share of `n`): one read of
+/// the data that copies every key below the bracket's upper bound (the top `k` when the
+/// `k`-th lies there) with its index to candidate buffer 1, with no oracles and no filter
+/// pass, and counts the keys equal to that bound. Only the upper bound matters: the level's
+/// totals get the kept keys as bucket 2, the bound's ties as bucket 3 (which holds it alone)
+/// and the rest as bucket 4.
+///
+/// Top-k takes equal keys lowest index first, so what it keeps must end up in input order.
+/// Each warp reads a range of its own ([`warp_range`]), in order, and stages its kept keys in
+/// shared memory in order (a ballot per item); a full stage goes out as one run, at places
+/// reserved by one global atomic, and the run's place among its warp's keys is recorded
+/// ([`KeptRun`]). Each warp also publishes how many keys it kept and how many equal the
+/// upper bound; the choose kernel turns these into offsets, and
+/// `sample_select_bracket_place_<key>` moves each run to where input order puts it.
+///
+/// # Safety
+/// [`SAMPLE_THREADS`] threads, [`BracketTopKLayout::bytes`] of shared memory, `grid.x =
+/// params.blocks`; level 0's sample kernel has run with `BRACKET` and `bucket_bits = 3`;
+/// `kept` cleared; each warp's range below 2^32 keys.
+pub unsafe fn bracket_top_k<K: Key>(params: SampleParams<K>) {
+    let level = unsafe { params.levels.read(0) };
+    if level.source == source::NONE || level.decision.action != action::PENDING {
+        return;
+    }
+    let layout = BracketTopKLayout::<K>::new();
+    let (stage_keys, stage_offsets, counters) =
+        unsafe { (layout.stage_keys.bind(), layout.stage_offsets.bind(), layout.counters.bind()) };
+    let thread = device::thread_idx_x() as usize;
+    if thread < 2 {
+        unsafe { counters.store(thread, 0) };
+    }
+    unsafe { device::sync_threads() };
+
+    let high = K::Bits::from_u64(unsafe { params.level_splitters().read(2) });
+    let flip = params.flip();
+    let warps = params.blocks as u64 * TILE_WARPS as u64;
+    let warp = device::block_idx_x() as u64 * TILE_WARPS as u64 + device::warp_id() as u64;
+    let (start, end) = warp_range(params.len, warps, warp);
+    let lane = device::lane_id() as u64;
+    let warp_stage = device::warp_id() as usize * WARP_STAGE;
+    // Warp-uniform: keys in the stage, and keys copied out before them.
+    let mut staged = 0u32;
+    let mut copied = 0u32;
+    let mut ties = 0u32;
+    let mut tile_start = start;
+    let mut next = if start < end {
+        unsafe { load_warp_keys(params.data, start, end) }
+    } else {
+        [K::default(); TILE_ITEMS]
+    };
+    while tile_start < end {
+        let tile_keys = next;
+        if tile_start + WARP_TILE < end {
+            next = unsafe { load_warp_keys(params.data, tile_start + WARP_TILE, end) };
+        }
+        let first = tile_start + lane;
+        let full = tile_start + WARP_TILE <= end;
+        unroll_items!(i => {
+            let at = first + 32 * i as u64;
+            let valid = full || at < end;
+            let rank = tile_keys[i].to_ordered().xor(flip);
+            ties += (valid && rank == high) as u32;
+            let keep = valid && rank < high;
+            let kept_lanes = unsafe { device::ballot(device::FULL_WARP, keep) };
+            if keep {
+                let place = warp_stage + staged as usize + (kept_lanes & device::lanemask_lt()).count_ones() as usize;
+                unsafe {
+                    stage_keys.store(place, tile_keys[i]);
+                    stage_offsets.store(place, (at - start) as u32);
+                }
+            }
+            staged += kept_lanes.count_ones();
+        });
+        if stage_is_full(staged) {
+            unsafe { copy_out_run(&params, &stage_keys, &stage_offsets, staged, start, warp, copied) };
+            copied += staged;
+            staged = 0;
+        }
+        tile_start += WARP_TILE;
+    }
+    if staged != 0 {
+        unsafe { copy_out_run(&params, &stage_keys, &stage_offsets, staged, start, warp, copied) };
+        copied += staged;
+    }
+    let warp_ties = unsafe { warp::reduce_add_u32(ties) };
+    if lane == 0 {
+        unsafe {
+            params.better_offsets.write(warp, copied as u64);
+            params.tie_offsets.write(warp, warp_ties as u64);
+            counters.atomic_add(0, copied);
+            counters.atomic_add(1, warp_ties);
+        }
+    }
+
+    // The block's totals: kept keys (bucket 2), the upper bound's ties (3), the rest (4).
+    unsafe { device::sync_threads() };
+    if thread == 0 {
+        // Thread 0 is in the block's first warp.
+        let (block_start, _) = warp_range(params.len, warps, warp);
+        let (_, block_end) = warp_range(params.len, warps, warp + TILE_WARPS as u64 - 1);
+        let (kept, ties) = unsafe { (counters.load(0) as u64, counters.load(1) as u64) };
+        let totals = params.level_totals(0).as_ptr();
+        let add = |bucket: u32, total: u64| {
+            if total != 0 {
+                unsafe { device::global_atomic_add_u64(totals.wrapping_add(bucket as usize), total) };
+            }
+        };
+        add(BRACKET_INSIDE, kept);
+        add(BRACKET_HIGH, ties);
+        add(BRACKET_HIGH + 1, (block_end - block_start) - kept - ties);
+    }
+}
+
+/// The keys of the warp tile at `tile_start`: key `tile_start + 32·i + lane` in item `i`
+/// (past `end`: the last key, to be ignored).
+///
+/// # Safety
+/// `keys` holds at least `end` keys, and `tile_start < end`.
+#[inline(always)]
+unsafe fn load_warp_keys<K: Copy + Default>(
+    keys: GlobalPtr<K>,
+    tile_start: u64,
+    end: u64,
+) -> [K; TILE_ITEMS] {
+    let first = tile_start + device::lane_id() as u64;
+    let mut tile = [K::default(); TILE_ITEMS];
+    if tile_start + WARP_TILE <= end {
+        unroll_items!(i => { tile[i] = unsafe { keys.read(first + 32 * i as u64) }; });
+    } else {
+        unroll_items!(i => { tile[i] = unsafe { keys.read((first + 32 * i as u64).min(end - 1)) }; });
+    }
+    tile
+}
+
+/// Copies a warp's `staged` keys and their indices (`warp_start` + the staged offsets) to
+/// candidate buffer 1 as one run, at places reserved by one atomic on the kept count, and
+/// records the run. Nothing is written past the buffer's or the run table's capacity (the
+/// choose kernel then samples the data again).
+///
+/// # Safety
+/// All lanes of the warp call it together with the same arguments.
+#[inline(always)]
+unsafe fn copy_out_run<K: Key>(
+    params: &SampleParams<K>,
+    stage_keys: &SharedSlice<K>,
+    stage_offsets: &SharedSlice<u32>,
+    staged: u32,
+    warp_start: u64,
+    warp: u64,
+    warp_offset: u32,
+) {
+    // The stage's stores by other lanes are visible after the warp barrier.
+    unsafe { device::sync_warp(device::FULL_WARP) };
+    let lane = device::lane_id();
+    let (mut first, mut run) = (0, 0);
+    if lane == 0 {
+        unsafe {
+            first = device::global_atomic_add_u64(params.kept.as_ptr(), staged as u64);
+            run = device::global_atomic_add_u64(params.kept.as_ptr().wrapping_add(1), 1);
+        }
+    }
+    let first = unsafe { device::shfl_idx_u64(device::FULL_WARP, first, 0) };
+    let run = unsafe { device::shfl_idx_u64(device::FULL_WARP, run, 0) };
+    if first + staged as u64 <= params.capacity && run < params.run_capacity {
+        let warp_stage = device::warp_id() as usize * WARP_STAGE;
+        let mut j = lane;
+        while j < staged {
+            let at = first + j as u64;
+            unsafe {
+                params.buffer_keys[1].write(at, stage_keys.load(warp_stage + j as usize));
+                let offset = stage_offsets.load(warp_stage + j as usize) as u64;
+                params.buffer_indices[1].write(at, warp_start + offset);
+            }
+            j += 32;
+        }
+        if lane == 0 {
+            let record = KeptRun { source: first, warp_offset, warp: warp as u32, len: staged, reserved: 0 };
+            unsafe { params.runs.write(run, record) };
+        }
+    }
+    // Every lane has read its keys before any stores the next ones.
+    unsafe { device::sync_warp(device::FULL_WARP) };
+}
+
+/// Top-k's bracket, in the choose kernel (one block): with the kept keys in buffer 1 and the
+/// `k`-th below the upper bound, the next level takes them (in input order, once placed);
+/// with the `k`-th equal to the upper bound, the kept keys and that bound's first ties are the
+/// top `k`; otherwise (the bracket missed, or the kept keys overflowed the buffer) the next
+/// level samples the data again. Turns the warps' counts into offsets.
+///
+/// # Safety
+/// Block-wide, as the choose kernel; `target`, `before` as it found them at level 0.
+unsafe fn choose_bracket_top_k<K: Key>(
+    params: &SampleParams<K>,
+    level: &SampleLevel,
+    target: usize,
+    target_len: u64,
+    before: u64,
+    warp_sums: &SharedSlice<u64>,
+) {
+    let (kept, runs) = unsafe { (params.kept.read(0), params.kept.read(1)) };
+    let fits = kept <= params.capacity && runs <= params.run_capacity;
+    let high = K::Bits::from_u64(unsafe { params.level_splitters().read(2) });
+    let next = fits && target <= BRACKET_INSIDE as usize;
+    let finish = fits && target == BRACKET_HIGH as usize;
+    if next || finish {
+        let warps = params.blocks as usize * TILE_WARPS;
+        unsafe {
+            scan_in_place(params.better_offsets, warps, warp_sums);
+            scan_in_place(params.tie_offsets, warps, warp_sums);
+        }
+    }
+    if device::thread_idx_x() != 0 {
+        return;
+    }
+    let mut decision =
+        SampleDecision { action: action::NEXT, target: target as u32, better: 0, target_len, ties_taken: 0 };
+    let next_level = if finish {
+        decision.action = action::FINISH;
+        decision.better = before;
+        decision.ties_taken = level.k_left - before;
+        let outcome = SampleOutcome { done: 1, levels: 1, value: high.to_u64(), rank: params.k - 1 };
+        unsafe { params.outcome.write(0, outcome) };
+        None
+    } else if next {
+        Some(SampleLevel {
+            source: source::BUFFER_0,
+            attempt: 0,
+            len: kept,
+            k_left: level.k_left,
+            written: 0,
+            decision: SampleDecision::default(),
+            low: 0,
+            high: 0,
+        })
+    } else {
+        decision.action = action::RETRY;
+        Some(SampleLevel { attempt: level.attempt + 1, decision: SampleDecision::default(), ..*level })
+    };
+    unsafe {
+        if let Some(next_level) = next_level {
+            params.levels.write(1, next_level);
+        }
+        let slot = params.levels.as_ptr();
+        core::ptr::addr_of_mut!((*slot).decision).write(decision);
+    }
+}
+
+/// Replaces `count` values with their exclusive prefix sums, each thread a contiguous share.
+///
+/// # Safety
+/// Block-wide; `warp_sums` as [`crate::block::scan::exclusive_scan_add_u64`] takes it.
+unsafe fn scan_in_place(values: GlobalPtr<u64>, count: usize, warp_sums: &SharedSlice<u64>) {
+    let share = count.div_ceil(SAMPLE_THREADS as usize);
+    let first = (device::thread_idx_x() as usize * share).min(count);
+    let last = (first + share).min(count);
+    let mut sum = 0;
+    for j in first..last {
+        sum += unsafe { values.read(j as u64) };
+    }
+    let mut before = unsafe { crate::block::scan::exclusive_scan_add_u64(sum, warp_sums) };
+    for j in first..last {
+        let value = unsafe { values.read(j as u64) };
+        unsafe { values.write(j as u64, before) };
+        before += value;
+    }
+}
+
+/// The `sample_select_bracket_place_<key>` kernel, after top-k's bracket pass and level 0's
+/// choose: moves each run of kept keys from buffer 1 to where input order puts it (warp
+/// offset + place in the warp) — candidate buffer 0 when the next level takes them, the
+/// output when they are the top `k` with the upper bound's ties — and then, in that case,
+/// sends the first ties (in input order) to the output: each warp whose ties are among them
+/// reads its range again.
+///
+/// # Safety
+/// [`SAMPLE_THREADS`] threads, no shared memory, `grid.x = params.blocks`; level 0's
+/// bracket pass and choose kernel have run with `BRACKET` and `EMIT`.
+pub unsafe fn bracket_place<K: Key>(params: SampleParams<K>) {
+    let decision = unsafe { params.levels.read(0) }.decision;
+    let finish = decision.action == action::FINISH;
+    if !finish && decision.action != action::NEXT {
+        return;
+    }
+    let (keys_to, indices_to) = if finish {
+        (params.keys_out, params.indices_out)
+    } else {
+        (params.buffer_keys[0], params.buffer_indices[0])
+    };
+    let warps = params.blocks as u64 * TILE_WARPS as u64;
+    let warp = device::block_idx_x() as u64 * TILE_WARPS as u64 + device::warp_id() as u64;
+    let lane = device::lane_id();
+    let runs = unsafe { params.kept.read(1) };
+    let mut r = warp;
+    while r < runs {
+        let run = unsafe { params.runs.read(r) };
+        let to = unsafe { params.better_offsets.read(run.warp as u64) } + run.warp_offset as u64;
+        let mut j = lane;
+        while j < run.len {
+            let from = run.source + j as u64;
+            unsafe {
+                keys_to.write(to + j as u64, params.buffer_keys[1].read(from));
+                indices_to.write(to + j as u64, params.buffer_indices[1].read(from));
+            }
+            j += 32;
+        }
+        r += warps;
+    }
+    if !finish {
+        return;
+    }
+    let mut taken = unsafe { params.tie_offsets.read(warp) };
+    if taken >= decision.ties_taken {
+        return;
+    }
+    let high = K::Bits::from_u64(unsafe { params.level_splitters().read(2) });
+    let flip = params.flip();
+    let (start, end) = warp_range(params.len, warps, warp);
+    let mut tile_start = start;
+    while tile_start < end && taken < decision.ties_taken {
+        let tile_keys = unsafe { load_warp_keys(params.data, tile_start, end) };
+        let first = tile_start + lane as u64;
+        unroll_items!(i => {
+            let at = first + 32 * i as u64;
+            let tie = at < end && tile_keys[i].to_ordered().xor(flip) == high;
+            let tie_lanes = unsafe { device::ballot(device::FULL_WARP, tie) };
+            let place = taken + (tie_lanes & device::lanemask_lt()).count_ones() as u64;
+            if tie && place < decision.ties_taken {
+                unsafe { emit_output(&params, decision.better + place, tile_keys[i], at) };
+            }
+            taken += tie_lanes.count_ones() as u64;
+        });
+        tile_start += WARP_TILE;
+    }
+}
+
 /// Whether bucket `bucket` of the level's `splitter_count` splitters holds one value only
 /// (an equality bucket), and that value's rank bits.
 unsafe fn single_value<K: Key>(
@@ -1265,13 +1677,17 @@ pub unsafe fn choose<K: Key>(params: SampleParams<K>) {
         unsafe { (target_slot.load(0) as usize, target_slot.load(1), target_slot.load(2)) };
 
     let emit = params.has(flags::EMIT);
+    let bracket = params.has(flags::BRACKET);
+    if bracket && emit {
+        unsafe { choose_bracket_top_k(&params, &level, target, target_len, better, &warp_sums) };
+        return;
+    }
     let splitter_count = (1usize << params.bucket_bits) - 1;
     let k_left = level.k_left - better;
     let single = unsafe { single_value(&params, target, splitter_count) };
     let finish = single.is_some() || (emit && k_left == target_len);
     let next_fits = target_len <= params.capacity;
     // The bracket pass kept one bucket, already copied out; any other needs a new sample.
-    let bracket = params.has(flags::BRACKET);
     let next_fits = next_fits && !(bracket && target as u32 != BRACKET_INSIDE);
     if !bracket && ((finish && emit) || (!finish && next_fits)) {
         unsafe {

@@ -55,7 +55,9 @@ pub enum Algorithm {
     /// splits the candidates into 256 buckets by the sorted sample, sends the buckets
     /// better than the target straight to the output and keeps the target bucket. About two
     /// reads of the data (a count and an oracle-driven filter); repeated keys end it early
-    /// (equality buckets). Any `k` and `n`.
+    /// (equality buckets). For `k ≤ n/64` (from 32 768 keys) one read instead: a bracket
+    /// from the sample keeps the keys below a bound, in input order, and the levels go on
+    /// on those. Any `k` and `n`.
     SampleSelect,
     /// Per-thread top-k, the bitonic top-k paper's first baseline: every thread keeps the
     /// best `k` of the inputs it reads in a heap in shared memory, then the bitonic top-k's
@@ -107,12 +109,16 @@ pub struct TopKOptions {
     /// final sort where the algorithm does not sort anyway; their order is still the same
     /// every run, and equal keys still come lowest index first.
     pub sorted: bool,
+    /// Tuning of [`Algorithm::SampleSelect`] and [`Algorithm::BucketSelect`] (its sample
+    /// size, blocks and bracket); `None`: the measured default,
+    /// [`SampleSelectPolicy::for_device`](crate::SampleSelectPolicy::for_device).
+    pub policy: Option<crate::SampleSelectPolicy>,
 }
 
 impl TopKOptions {
     /// `order`, with [`Algorithm::Auto`] and a sorted result.
     pub fn new(order: Order) -> Self {
-        Self { order, algorithm: Algorithm::Auto, sorted: true }
+        Self { order, algorithm: Algorithm::Auto, sorted: true, policy: None }
     }
 
     /// The same options with another algorithm.
@@ -123,6 +129,12 @@ impl TopKOptions {
     /// The same options, asking for a sorted (`true`) or unsorted (`false`) result.
     pub fn with_sorted(self, sorted: bool) -> Self {
         Self { sorted, ..self }
+    }
+
+    /// The same options with a SampleSelect policy (for [`Algorithm::SampleSelect`] and
+    /// [`Algorithm::BucketSelect`]; the others ignore it).
+    pub fn with_policy(self, policy: crate::SampleSelectPolicy) -> Self {
+        Self { policy: Some(policy), ..self }
     }
 }
 
@@ -426,12 +438,18 @@ impl Gpu {
             }
             Algorithm::SampleSelect | Algorithm::BucketSelect => {
                 use gpu_select_kernels::select::sample::flags;
-                let equal_width = if algorithm == Algorithm::BucketSelect { flags::EQUAL_WIDTH } else { 0 };
-                let select = self.plan_select(
-                    n,
-                    &crate::SelectOptions::new(options.order),
-                    flags::EMIT | equal_width,
-                )?;
+                // SampleSelect brackets a small `k` (when its policy brackets): one read keeps
+                // the keys below a sampled bound, in input order.
+                let extra = if algorithm == Algorithm::BucketSelect {
+                    flags::EQUAL_WIDTH
+                } else if k as u64 <= n as u64 / crate::select::TOP_K_BRACKET_DIVISOR {
+                    flags::BRACKET
+                } else {
+                    0
+                };
+                let mut select_options = crate::SelectOptions::new(options.order);
+                select_options.policy = options.policy;
+                let select = self.plan_select(n, &select_options, flags::EMIT | extra)?;
                 Ok(Plan::Sample(SampleTopKPlan { select, sort_output: options.sorted && k > 1 }))
             }
             Algorithm::BlockSort if takes => Ok(Plan::BlockSort),

@@ -1,7 +1,8 @@
 //! The host emulator: runs the crate's kernel functions on the CPU.
 //!
 //! Each GPU thread of a block is a coroutine (its own stack, switched in user space); a
-//! block's threads take turns on one host thread, and blocks run one after another. A
+//! block's threads take turns on one host thread, and blocks run one after another, the
+//! last first (a GPU keeps no order among them). A
 //! thread runs until it waits at a barrier or warp collective, then the next one runs.
 //! Barriers, warp collectives, dynamic shared memory and atomics are emulated, and so the
 //! test suite runs *the same kernel code* that the PTX is built from, on machines without a
@@ -112,7 +113,7 @@ impl core::fmt::Display for EmulatorError {
 impl std::error::Error for EmulatorError {}
 
 /// Runs `kernel` once per thread of the grid described by `config`, with the device layer
-/// answering from the emulated block. Blocks run one at a time, in order.
+/// answering from the emulated block. Blocks run one at a time, the last first.
 pub fn launch(config: &LaunchConfig, kernel: &(dyn Fn() + Sync)) -> Result<(), EmulatorError> {
     let error = |message: String| Err(EmulatorError { message });
     if config.block_threads == 0 || config.block_threads > MAX_BLOCK_THREADS {
@@ -130,8 +131,10 @@ pub fn launch(config: &LaunchConfig, kernel: &(dyn Fn() + Sync)) -> Result<(), E
             config.shared_bytes
         ));
     }
-    for block_y in 0..config.grid.1 {
-        for block_x in 0..config.grid.0 {
+    // Last block first: a GPU runs blocks in no set order, and kernels that lean on one
+    // (reading what an earlier block wrote in the same launch) should fail here too.
+    for block_y in (0..config.grid.1).rev() {
+        for block_x in (0..config.grid.0).rev() {
             run_block(config, (block_x, block_y), kernel)?;
         }
     }
