@@ -991,7 +991,8 @@ pub unsafe fn window<K: Key>(params: SampleParams<K>) {
             let (above_low, above_high) = (valid && rank >= low, valid && rank >= high);
             at_least_low += above_low as u32;
             at_least_high += above_high as u32;
-            staged += unsafe { stage_lanes(&stage, warp_stage + staged as usize, above_low && !above_high, rank) };
+            let at = warp_stage + staged as usize;
+            staged += unsafe { stage_lanes(at, above_low && !above_high, |place| stage.store(place, rank)) };
         });
         if stage_is_full(staged) {
             unsafe { count_stage(&stage, warp_stage, staged, &top, &tree, &histogram) };
@@ -1140,7 +1141,8 @@ pub unsafe fn bracket<K: Key>(params: SampleParams<K>) {
                 at_least[4] += (rank == K::Bits::MAX) as u32;
             }
             let inside = valid && rank >= bounds[1] && rank < bounds[2];
-            staged += unsafe { stage_lanes(&stage, warp_stage + staged as usize, inside, tile_keys[i]) };
+            let at = warp_stage + staged as usize;
+            staged += unsafe { stage_lanes(at, inside, |place| stage.store(place, tile_keys[i])) };
         });
         if stage_is_full(staged) {
             unsafe { copy_out_stage(&stage, warp_stage, staged, out, kept, params.capacity) };
@@ -1177,19 +1179,33 @@ pub unsafe fn bracket<K: Key>(params: SampleParams<K>) {
     }
 }
 
-/// Appends the values of the lanes where `keep` holds to a warp's stage at `at`, in lane
-/// order; returns how many the warp appended (the same on every lane).
+/// Appends what the lanes where `keep` holds store (`store(place)`, each at its own place
+/// from `at` of a warp's stage) in lane order; returns how many the warp appended (the same
+/// on every lane).
 ///
 /// # Safety
 /// All lanes of the warp call it together; the stage has room for 32 more from `at`.
 #[inline(always)]
-unsafe fn stage_lanes<T: Copy>(stage: &SharedSlice<T>, at: usize, keep: bool, value: T) -> u32 {
+unsafe fn stage_lanes(at: usize, keep: bool, store: impl FnOnce(usize)) -> u32 {
     let kept_lanes = unsafe { device::ballot(device::FULL_WARP, keep) };
     if keep {
-        let place = (kept_lanes & device::lanemask_lt()).count_ones();
-        unsafe { stage.store(at + place as usize, value) };
+        store(at + (kept_lanes & device::lanemask_lt()).count_ones() as usize);
     }
     kept_lanes.count_ones()
+}
+
+/// Reserves `count` places for a warp with one atomic on `counter` (by lane 0); returns the
+/// first, on every lane.
+///
+/// # Safety
+/// All lanes of the warp call it together with the same arguments.
+#[inline(always)]
+unsafe fn reserve_for_warp(counter: *mut u64, count: u64) -> u64 {
+    let mut first = 0;
+    if device::lane_id() == 0 {
+        first = unsafe { device::global_atomic_add_u64(counter, count) };
+    }
+    unsafe { device::shfl_idx_u64(device::FULL_WARP, first, 0) }
 }
 
 /// Copies a warp's `staged` keys from its stage to `out`, at places reserved by one atomic
@@ -1208,13 +1224,8 @@ unsafe fn copy_out_stage<K: Key>(
 ) {
     // The stage's stores by other lanes are visible after the warp barrier.
     unsafe { device::sync_warp(device::FULL_WARP) };
-    let lane = device::lane_id();
-    let mut first = 0;
-    if lane == 0 {
-        first = unsafe { device::global_atomic_add_u64(kept, staged as u64) };
-    }
-    let first = unsafe { device::shfl_idx_u64(device::FULL_WARP, first, 0) };
-    let mut j = lane;
+    let first = unsafe { reserve_for_warp(kept, staged as u64) };
+    let mut j = device::lane_id();
     while j < staged {
         let at = first + j as u64;
         if at < capacity {
@@ -1263,8 +1274,6 @@ pub struct BracketTopKLayout<K> {
     pub stage_keys: SharedRegion<K>,
     /// Their places in the warp's range.
     pub stage_offsets: SharedRegion<u32>,
-    /// The block's keys kept, then its keys equal to the upper bound.
-    pub counters: SharedRegion<u32>,
     /// Bytes to ask for at launch.
     pub bytes: usize,
 }
@@ -1274,8 +1283,7 @@ impl<K> BracketTopKLayout<K> {
     pub const fn new() -> Self {
         let (layout, stage_keys) = SharedLayout::new().push::<K>(TILE_WARPS * WARP_STAGE);
         let (layout, stage_offsets) = layout.push::<u32>(TILE_WARPS * WARP_STAGE);
-        let (layout, counters) = layout.push::<u32>(2);
-        Self { stage_keys, stage_offsets, counters, bytes: layout.bytes() }
+        Self { stage_keys, stage_offsets, bytes: layout.bytes() }
     }
 }
 
@@ -1314,14 +1322,7 @@ pub unsafe fn bracket_top_k<K: Key>(params: SampleParams<K>) {
         return;
     }
     let layout = BracketTopKLayout::<K>::new();
-    let (stage_keys, stage_offsets, counters) =
-        unsafe { (layout.stage_keys.bind(), layout.stage_offsets.bind(), layout.counters.bind()) };
-    let thread = device::thread_idx_x() as usize;
-    if thread < 2 {
-        unsafe { counters.store(thread, 0) };
-    }
-    unsafe { device::sync_threads() };
-
+    let (stage_keys, stage_offsets) = unsafe { (layout.stage_keys.bind(), layout.stage_offsets.bind()) };
     let high = K::Bits::from_u64(unsafe { params.level_splitters().read(2) });
     let flip = params.flip();
     let warps = params.blocks as u64 * TILE_WARPS as u64;
@@ -1351,16 +1352,12 @@ pub unsafe fn bracket_top_k<K: Key>(params: SampleParams<K>) {
             let valid = full || at < end;
             let rank = tile_keys[i].to_ordered().xor(flip);
             ties += (valid && rank == high) as u32;
-            let keep = valid && rank < high;
-            let kept_lanes = unsafe { device::ballot(device::FULL_WARP, keep) };
-            if keep {
-                let place = warp_stage + staged as usize + (kept_lanes & device::lanemask_lt()).count_ones() as usize;
-                unsafe {
+            staged += unsafe {
+                stage_lanes(warp_stage + staged as usize, valid && rank < high, |place| {
                     stage_keys.store(place, tile_keys[i]);
                     stage_offsets.store(place, (at - start) as u32);
-                }
-            }
-            staged += kept_lanes.count_ones();
+                })
+            };
         });
         if stage_is_full(staged) {
             unsafe { copy_out_run(&params, &stage_keys, &stage_offsets, staged, start, warp, copied) };
@@ -1373,23 +1370,15 @@ pub unsafe fn bracket_top_k<K: Key>(params: SampleParams<K>) {
         unsafe { copy_out_run(&params, &stage_keys, &stage_offsets, staged, start, warp, copied) };
         copied += staged;
     }
+    // The warp's counts, and its share of the level's totals: kept keys (bucket 2), the upper
+    // bound's ties (3), the rest (4).
     let warp_ties = unsafe { warp::reduce_add_u32(ties) };
     if lane == 0 {
+        let (kept, ties) = (copied as u64, warp_ties as u64);
         unsafe {
-            params.better_offsets.write(warp, copied as u64);
-            params.tie_offsets.write(warp, warp_ties as u64);
-            counters.atomic_add(0, copied);
-            counters.atomic_add(1, warp_ties);
+            params.better_offsets.write(warp, kept);
+            params.tie_offsets.write(warp, ties);
         }
-    }
-
-    // The block's totals: kept keys (bucket 2), the upper bound's ties (3), the rest (4).
-    unsafe { device::sync_threads() };
-    if thread == 0 {
-        // Thread 0 is in the block's first warp.
-        let (block_start, _) = warp_range(params.len, warps, warp);
-        let (_, block_end) = warp_range(params.len, warps, warp + TILE_WARPS as u64 - 1);
-        let (kept, ties) = unsafe { (counters.load(0) as u64, counters.load(1) as u64) };
         let totals = params.level_totals(0).as_ptr();
         let add = |bucket: u32, total: u64| {
             if total != 0 {
@@ -1398,7 +1387,7 @@ pub unsafe fn bracket_top_k<K: Key>(params: SampleParams<K>) {
         };
         add(BRACKET_INSIDE, kept);
         add(BRACKET_HIGH, ties);
-        add(BRACKET_HIGH + 1, (block_end - block_start) - kept - ties);
+        add(BRACKET_HIGH + 1, (end - start) - kept - ties);
     }
 }
 
@@ -1443,15 +1432,8 @@ unsafe fn copy_out_run<K: Key>(
     // The stage's stores by other lanes are visible after the warp barrier.
     unsafe { device::sync_warp(device::FULL_WARP) };
     let lane = device::lane_id();
-    let (mut first, mut run) = (0, 0);
-    if lane == 0 {
-        unsafe {
-            first = device::global_atomic_add_u64(params.kept.as_ptr(), staged as u64);
-            run = device::global_atomic_add_u64(params.kept.as_ptr().wrapping_add(1), 1);
-        }
-    }
-    let first = unsafe { device::shfl_idx_u64(device::FULL_WARP, first, 0) };
-    let run = unsafe { device::shfl_idx_u64(device::FULL_WARP, run, 0) };
+    let first = unsafe { reserve_for_warp(params.kept.as_ptr(), staged as u64) };
+    let run = unsafe { reserve_for_warp(params.kept.as_ptr().wrapping_add(1), 1) };
     if first + staged as u64 <= params.capacity && run < params.run_capacity {
         let warp_stage = device::warp_id() as usize * WARP_STAGE;
         let mut j = lane;
