@@ -136,7 +136,7 @@ pub trait Key: Copy + PartialOrd + Default + Send + Sync + core::fmt::Debug + 's
 }
 
 macro_rules! float_key {
-    ($float:ty, $bits:ty, $name:literal) => {
+    ($float:ty, $bits:ty, $signed:ty, $name:literal) => {
         impl Key for $float {
             type Bits = $bits;
             const NAME: &'static str = $name;
@@ -147,7 +147,10 @@ macro_rules! float_key {
                 const SIGN: $bits = 1 << (<$bits>::BITS - 1);
                 // One NaN for all: positive, so it orders above +inf.
                 let bits = if self.is_nan() { <$float>::NAN.to_bits() & !SIGN } else { self.to_bits() };
-                if bits & SIGN != 0 { !bits } else { bits | SIGN }
+                // Negative: all bits flipped; else the sign set. Branch-free: the sign
+                // spread over the word, with the sign bit always set, flips the bits.
+                let flip = ((bits as $signed) >> (<$bits>::BITS - 1)) as $bits | SIGN;
+                bits ^ flip
             }
             #[inline(always)]
             fn from_ordered(bits: $bits) -> Self {
@@ -254,8 +257,8 @@ macro_rules! unsigned_key {
     };
 }
 
-float_key!(f32, u32, "f32");
-float_key!(f64, u64, "f64");
+float_key!(f32, u32, i32, "f32");
+float_key!(f64, u64, i64, "f64");
 signed_key!(i32, u32, "i32");
 signed_key!(i64, u64, "i64");
 unsigned_key!(u32, "u32");

@@ -159,6 +159,10 @@ pub struct ApproxSelection<K> {
     /// Its rank (from 0, in the order asked for) nearest to the wanted one: `value` is the
     /// exact answer for this rank.
     pub rank: u64,
+    /// Passes over the whole input it took: 1 when the first pass answered (the window
+    /// pass, or the full count without a window), 2 when the window missed and the full
+    /// count ran after it.
+    pub passes: u32,
 }
 
 impl<K> ApproxSelection<K> {
@@ -273,7 +277,8 @@ pub(crate) struct SampleWorkspace {
     totals: usize,
     /// Bucket select's range (two words).
     range: usize,
-    /// Top-k's bracket: its kept keys and runs (two words).
+    /// Top-k's bracket: its kept keys and runs; approximate selection: the window pass's
+    /// finished blocks (two words).
     kept: usize,
     /// Bytes from the start cleared before the first launch.
     cleared: usize,
@@ -300,7 +305,9 @@ impl SampleWorkspace {
         let outcome = carver.region(size_of::<SampleOutcome>());
         let totals = carver.region(2 * MAX_BUCKETS * 8);
         let range = carver.region(if plan.flags & flags::EQUAL_WIDTH != 0 { 16 } else { 0 });
-        let kept = carver.region(if plan.run_capacity != 0 { 16 } else { 0 });
+        // Top-k's bracket's counters, or the window pass's finished blocks.
+        let counters = plan.run_capacity != 0 || plan.flags & flags::APPROXIMATE != 0;
+        let kept = carver.region(if counters { 16 } else { 0 });
         let cleared = carver.bytes() - start;
         let splitters = carver.region(SPLITTER_SLOTS * 8);
         let blocks = plan.blocks as usize;
@@ -492,7 +499,8 @@ impl Gpu {
         let plan = self.plan_approx(data.len(), buckets, options)?;
         let base = self.checked_workspace(data, &plan, workspace)?;
         let run = self.run_sample_select(data, k as u64 + 1, options.order, &plan, base, None)?;
-        Ok(ApproxSelection { value: decode(run.outcome.value, options.order), rank: run.outcome.rank })
+        let value = decode(run.outcome.value, options.order);
+        Ok(ApproxSelection { value, rank: run.outcome.rank, passes: run.outcome.levels })
     }
 
     /// The plan of an approximate selection with `buckets` buckets.
@@ -632,10 +640,10 @@ impl Gpu {
             if plan.policy.window_count && plan.policy.bucket_bits > WINDOW_BITS && n > MAX_SAMPLE as u64 {
                 // The full count is launched only when the window did not answer (rarely):
                 // the read-back here is the one a selection waits for anyway.
-                let window = SampleParams { flags: params.flags | flags::WINDOW, ..params };
                 let window_pass = LaunchShape { shared_bytes: WindowLayout::<K::Bits>::new().bytes, ..pass };
+                let window = SampleParams { flags: params.flags | flags::WINDOW, ..params };
+                // Its last block to finish weighs the window, as the nearest kernel would.
                 self.launch(K::SAMPLE_SELECT_WINDOW, window_pass, window)?;
-                self.launch(K::SAMPLE_SELECT_NEAREST, nearest, window)?;
                 let run = self.read_outcome(workspace_base + layout.outcome as u64)?;
                 if run.outcome.done != 0 {
                     return Ok(run);
