@@ -20,6 +20,34 @@ pub const FLAVOURS: [PtxFlavour; 2] = [PtxFlavour { arch: "sm_80" }, PtxFlavour 
 /// The kernel crate's package name.
 pub const KERNEL_PACKAGE: &str = "gpu-select-kernels";
 
+/// Kernels launched with more threads than 256, by name prefix, and their block size: their
+/// entries get a `.maxntid` directive (what CUDA C's `__launch_bounds__` writes; rustc has no
+/// attribute for it), so that `ptxas` and the driver's JIT keep them within the registers a
+/// thread may have at that size (64 at 1024 threads). Without it the launch fails once
+/// either compiler takes more. `tests/ptx_checks.rs` checks the size against the kernel
+/// crate's constant.
+pub const WIDE_KERNELS: [(&str, u32); 1] = [("sample_select_sample_", 1024)];
+
+/// Adds [`WIDE_KERNELS`]' `.maxntid` directives to `ptx`: after the parameter list of each
+/// matching `.entry`, before its body.
+pub fn bound_block_threads(ptx: &str) -> String {
+    let mut out = String::with_capacity(ptx.len() + 1024);
+    let mut pending = None;
+    for line in ptx.lines() {
+        out.push_str(line);
+        out.push('\n');
+        if let Some(name) = line.trim_start().strip_prefix(".visible .entry ") {
+            pending =
+                WIDE_KERNELS.iter().find(|(prefix, _)| name.starts_with(prefix)).map(|&(_, threads)| threads);
+        } else if line == ")"
+            && let Some(threads) = pending.take()
+        {
+            out.push_str(&format!(".maxntid {threads}, 1, 1\n"));
+        }
+    }
+    out
+}
+
 /// The file name of one flavour's PTX.
 pub fn ptx_file_name(arch: &str) -> String {
     format!("gpu_select_kernels.{arch}.ptx")
@@ -113,8 +141,10 @@ pub fn build_ptx(workspace: &Path, out_dir: &Path) -> Result<Vec<PathBuf>, Strin
         let built =
             target_dir.join("nvptx64-nvidia-cuda").join("ptx").join("deps").join("gpu_select_kernels.s");
         let destination = out_dir.join(ptx_file_name(flavour.arch));
-        std::fs::copy(&built, &destination)
-            .map_err(|e| format!("cannot copy {} to {}: {e}", built.display(), destination.display()))?;
+        let ptx =
+            std::fs::read_to_string(&built).map_err(|e| format!("cannot read {}: {e}", built.display()))?;
+        std::fs::write(&destination, bound_block_threads(&ptx))
+            .map_err(|e| format!("cannot write {}: {e}", destination.display()))?;
         written.push(destination);
     }
     Ok(written)

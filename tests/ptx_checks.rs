@@ -78,6 +78,23 @@ fn every_table_kernel_is_exported_with_the_host_parameter_size() {
 }
 
 #[test]
+fn kernels_of_more_than_256_threads_carry_their_block_size() {
+    use gpu_select_kernels::select::sample::SAMPLE_SORT_THREADS;
+    assert_eq!(build_ptx::WIDE_KERNELS, [("sample_select_sample_", SAMPLE_SORT_THREADS)]);
+    for (arch, ptx) in [("sm_80", PTX_SM80), ("sm_90", PTX_SM90)] {
+        for name in all_kernel_names() {
+            let bounded =
+                entry_body(ptx, name).contains(&format!(".maxntid {SAMPLE_SORT_THREADS}, 1, 1\n{{"));
+            assert_eq!(
+                bounded,
+                name.starts_with("sample_select_sample_"),
+                "{arch} {name}: a .maxntid only where the launch has {SAMPLE_SORT_THREADS} threads"
+            );
+        }
+    }
+}
+
+#[test]
 fn the_intended_instructions_are_emitted() {
     let ptx = PTX_SM90;
     let shared = entry_body(ptx, "probe_shared");

@@ -12,13 +12,18 @@ pub fn pair_after<B: OrderedBits>(bits_a: B, position_a: u32, bits_b: B, positio
     bits_a > bits_b || (bits_a == bits_b && position_a > position_b)
 }
 
-/// Orders two register pairs: afterwards `a` sorts before `b` when `ascending`, after it
-/// otherwise. The compare-exchange of every sorting network here.
+/// Whether `(bits_a, position_a)` sorts after `(bits_b, position_b)` in a network that
+/// breaks ties by position when `TIES` (a stable sort), and compares bits alone otherwise: a
+/// sort of keys whose positions no one reads (SampleSelect's sample), where the positions
+/// then never move and the compiler drops them.
 #[inline(always)]
-pub fn compare_exchange<B: OrderedBits>(a: &mut (B, u32), b: &mut (B, u32), ascending: bool) {
-    if pair_after(a.0, a.1, b.0, b.1) == ascending {
-        core::mem::swap(a, b);
-    }
+pub fn slot_after<B: OrderedBits, const TIES: bool>(
+    bits_a: B,
+    position_a: u32,
+    bits_b: B,
+    position_b: u32,
+) -> bool {
+    if TIES { pair_after(bits_a, position_a, bits_b, position_b) } else { bits_a > bits_b }
 }
 
 #[cfg(test)]
@@ -26,14 +31,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn compare_exchange_orders_both_ways_and_breaks_ties_by_position() {
-        let (mut a, mut b) = ((5u32, 0), (3u32, 1));
-        compare_exchange(&mut a, &mut b, true);
-        assert_eq!((a, b), ((3, 1), (5, 0)));
-        compare_exchange(&mut a, &mut b, false);
-        assert_eq!((a, b), ((5, 0), (3, 1)));
-        let (mut a, mut b) = ((7u64, 9), (7u64, 2));
-        compare_exchange(&mut a, &mut b, true);
-        assert_eq!((a, b), ((7, 2), (7, 9)));
+    fn pairs_break_ties_by_position_and_keys_alone_do_not() {
+        assert!(pair_after(5u32, 0, 3, 1));
+        assert!(!pair_after(3u32, 1, 5, 0));
+        assert!(pair_after(7u64, 9, 7, 2));
+        assert!(!pair_after(7u64, 2, 7, 9));
+        assert!(slot_after::<u32, true>(7, 9, 7, 2));
+        assert!(!slot_after::<u32, false>(7, 9, 7, 2));
+        assert!(slot_after::<u32, false>(8, 0, 7, 2));
     }
 }

@@ -10,8 +10,8 @@ use gpu_select_kernels::params::GlobalPtr;
 use gpu_select_kernels::select::sample::{
     BRACKET_BUCKET_BITS, BracketLayout, BracketTopKLayout, KeptRun, LEVEL_SLOTS, MAX_BUCKET_BITS,
     MAX_BUCKETS, MAX_EXACT_BUCKET_BITS, MAX_SAMPLE, MAX_SAMPLE_BLOCKS, NearestLayout, RangeLayout,
-    SAMPLE_THREADS, SPLITTER_SLOTS, SampleChooseLayout, SampleLevel, SampleOutcome, SampleParams,
-    SamplePassLayout, SampleSortLayout, WARP_TILE, WINDOW_BITS, WindowLayout, flags,
+    SAMPLE_SORT_THREADS, SAMPLE_THREADS, SPLITTER_SLOTS, SampleChooseLayout, SampleLevel, SampleOutcome,
+    SampleParams, SamplePassLayout, SampleSortLayout, WARP_TILE, WINDOW_BITS, WindowLayout, flags,
 };
 
 use crate::buffer::{DeviceBuffer, DeviceValue};
@@ -626,7 +626,11 @@ impl Gpu {
         }
         let one_block =
             |shared_bytes| LaunchShape { grid: (1, 1), block_threads: SAMPLE_THREADS, shared_bytes };
-        let sample = one_block(SampleSortLayout::<K::Bits>::new().bytes);
+        let sample = LaunchShape {
+            grid: (1, 1),
+            block_threads: SAMPLE_SORT_THREADS,
+            shared_bytes: SampleSortLayout::<K::Bits>::new().bytes,
+        };
         let choose = one_block(SampleChooseLayout::new().bytes);
         let pass = LaunchShape {
             grid: (plan.blocks, 1),

@@ -49,9 +49,7 @@
 //! bucket larger than the candidate buffers (a sample so unrepresentative that it does not
 //! happen in practice) makes the next level draw a new sample of the same candidates.
 
-use crate::block::bitonic_sort::{
-    BlockSortLayout, MAX_BLOCK_SORT_LEN, PAIRS_PER_THREAD, sort_capacity, sort_slots,
-};
+use crate::block::bitonic_sort::{BlockSortLayout, MAX_BLOCK_SORT_LEN, sort_capacity, sort_keys};
 use crate::block::tiles::{
     BucketRuns, HISTOGRAM_BUCKETS, TILE, TILE_COUNT_SET, TILE_ITEMS, TILE_THREADS, TILE_WARPS, block_range,
     load_keys, load_tile_vectors, place_in_order, publish_histogram, scan_block_offsets, unroll_items,
@@ -61,8 +59,14 @@ use crate::key::{Key, OrderedBits};
 use crate::params::{GlobalPtr, Order};
 use crate::warp::{self, bitonic::WarpPairs};
 
-/// Threads per block of every SampleSelect kernel.
+/// Threads per block of every SampleSelect kernel but the sample kernel.
 pub const SAMPLE_THREADS: u32 = TILE_THREADS;
+/// Threads of the sample kernel's one block: two sample keys each. Its sort is a chain of
+/// short dependent steps (66 compare-exchange stages for 2048 keys); 32 warps hide their
+/// latencies where 8 warps of eight keys each waited on them.
+pub const SAMPLE_SORT_THREADS: u32 = 1024;
+/// Sample keys each thread of the sample kernel holds.
+const SAMPLE_KEYS_PER_THREAD: usize = (MAX_BLOCK_SORT_LEN / SAMPLE_SORT_THREADS) as usize;
 /// The most buckets of approximate selection (which keeps no oracles).
 pub const MAX_BUCKETS: usize = 1 << MAX_BUCKET_BITS;
 /// The most bucket bits of approximate selection.
@@ -334,7 +338,7 @@ fn sample_position(seed: u64, level: u32, attempt: u32, i: u32, len: u64) -> u64
 /// Shared memory of the sample kernel.
 #[derive(Clone, Copy, Debug)]
 pub struct SampleSortLayout<B> {
-    /// The block sort's slots.
+    /// The block sort's slots (keys only).
     pub sort: BlockSortLayout<B>,
     /// The sorted sample.
     pub sorted: SharedRegion<B>,
@@ -345,7 +349,7 @@ pub struct SampleSortLayout<B> {
 impl<B> SampleSortLayout<B> {
     /// The layout.
     pub const fn new() -> Self {
-        let (layout, sort) = BlockSortLayout::after(SharedLayout::new(), MAX_SAMPLE);
+        let (layout, sort) = BlockSortLayout::keys_after(SharedLayout::new(), MAX_SAMPLE);
         let (layout, sorted) = layout.push::<B>(MAX_SAMPLE as usize);
         Self { sort, sorted, bytes: layout.bytes() }
     }
@@ -431,8 +435,8 @@ unsafe fn read_level<K: Key>(params: &SampleParams<K>) -> SampleLevel {
 /// The `sample_select_sample_<key>` kernel: the level's splitters, or the base case.
 ///
 /// # Safety
-/// One block of [`SAMPLE_THREADS`] threads, [`SampleSortLayout::bytes`] of shared memory;
-/// the previous level's choose kernel has run.
+/// One block of [`SAMPLE_SORT_THREADS`] threads, [`SampleSortLayout::bytes`] of shared
+/// memory; the previous level's choose kernel has run.
 pub unsafe fn sample<K: Key>(params: SampleParams<K>) {
     let level_index = params.level;
     let mut level = unsafe { read_level(&params) };
@@ -462,11 +466,11 @@ pub unsafe fn sample<K: Key>(params: SampleParams<K>) {
     let sorted = unsafe { layout.sorted.bind() };
 
     let lane = device::lane_id() as usize;
-    let warp_base = device::warp_id() as usize * 32 * PAIRS_PER_THREAD;
-    let mut pairs = WarpPairs::<K::Bits, PAIRS_PER_THREAD>::padding();
-    for r in 0..PAIRS_PER_THREAD {
+    let warp_base = device::warp_id() as usize * 32 * SAMPLE_KEYS_PER_THREAD;
+    // Sorted by bits alone: which of equal keys comes first does not matter to splitters.
+    let mut pairs = WarpPairs::<K::Bits, SAMPLE_KEYS_PER_THREAD>::padding();
+    for r in 0..SAMPLE_KEYS_PER_THREAD {
         let slot = warp_base + r * 32 + lane;
-        pairs.positions[r] = slot as u32;
         if slot < count as usize {
             let at = if base {
                 slot as u64
@@ -476,8 +480,8 @@ pub unsafe fn sample<K: Key>(params: SampleParams<K>) {
             pairs.bits[r] = unsafe { keys.read(at) }.to_ordered().xor(flip);
         }
     }
-    unsafe { sort_slots(&mut pairs, capacity, &layout.sort) };
-    for r in 0..PAIRS_PER_THREAD {
+    unsafe { sort_keys(&mut pairs, capacity, &layout.sort) };
+    for r in 0..SAMPLE_KEYS_PER_THREAD {
         let slot = warp_base + r * 32 + lane;
         if slot < count as usize {
             unsafe { sorted.store(slot, pairs.bits[r]) };
@@ -536,7 +540,7 @@ pub unsafe fn sample<K: Key>(params: SampleParams<K>) {
             params.level_splitters().write(thread as u64, splitter.to_u64());
             params.splitters.write((2 * MAX_BUCKETS + thread) as u64, sampled as u64);
         }
-        thread_splitter += SAMPLE_THREADS as usize;
+        thread_splitter += SAMPLE_SORT_THREADS as usize;
     }
 }
 
@@ -653,7 +657,7 @@ unsafe fn equal_width_splitters<K: Key>(params: &SampleParams<K>, level: SampleL
             params.level_splitters().write(j, splitter);
             params.splitters.write(2 * MAX_BUCKETS as u64 + j, 0);
         }
-        j += SAMPLE_THREADS as u64;
+        j += SAMPLE_SORT_THREADS as u64;
     }
 }
 
@@ -1169,46 +1173,63 @@ pub unsafe fn bracket<K: Key>(params: SampleParams<K>) {
     let kept = params.level_totals(params.level).as_ptr().wrapping_add(BRACKET_INSIDE as usize);
     let out = params.buffer_keys[0];
     let warp_stage = device::warp_id() as usize * WARP_STAGE;
-    // Warp-uniform: keys in this warp's stage.
-    let mut staged = 0u32;
+    // Warp-uniform: keys in this warp's stage, and all keys it kept.
+    let (mut staged, mut kept_by_warp) = (0u32, 0u32);
+    // Counters 0, 2, 3 and 4 per key; counter 1 (keys above `low`) is counter 2 plus the
+    // keys kept, so that is one compare-and-add a key less.
     let mut at_least = [0u32; BRACKET_COUNTERS];
-    // Tile t + 1 is loaded before tile t is worked on, as in the count.
+    // One item: its counts, and its key staged when it lies strictly inside the bracket.
+    let work = |key: K, valid: bool, at_least: &mut [u32; BRACKET_COUNTERS], staged: &mut u32| {
+        let rank = key.to_ordered().xor(flip);
+        let above_low = rank >= bounds[1];
+        let from_high = rank >= bounds[2];
+        if valid {
+            at_least[0] += (rank >= bounds[0]) as u32;
+            at_least[2] += from_high as u32;
+            at_least[3] += (rank >= bounds[3]) as u32;
+            at_least[4] += (rank == K::Bits::MAX) as u32;
+        }
+        let inside = valid && above_low && !from_high;
+        let at = warp_stage + *staged as usize;
+        *staged += unsafe { stage_lanes(at, inside, |place| stage.store(place, key)) };
+    };
+    // Tile t + 1 is loaded before tile t is worked on, as in the count; whole tiles by
+    // vectors with no bounds to check (the keys' places do not matter here), the last one
+    // key by key.
+    let load = |at: u64| unsafe {
+        if at + TILE <= end { load_tile_vectors(keys, at) } else { load_keys(keys, at, end) }
+    };
     let mut tile_start = start;
-    let mut next =
-        if start < end { unsafe { load_keys(keys, start, end) } } else { [K::default(); TILE_ITEMS] };
+    let mut next = if start < end { load(start) } else { [K::default(); TILE_ITEMS] };
     while tile_start < end {
         let tile_keys = next;
         if tile_start + TILE < end {
-            next = unsafe { load_keys(keys, tile_start + TILE, end) };
+            next = load(tile_start + TILE);
         }
-        let first = tile_start + thread as u64;
-        let full = tile_start + TILE <= end;
-        unroll_items!(i => {
-            let valid = full || first + (i as u64) * (TILE_THREADS as u64) < end;
-            let rank = tile_keys[i].to_ordered().xor(flip);
-            if valid {
-                for (count, &splitter) in at_least.iter_mut().zip(bounds.iter()) {
-                    *count += (rank >= splitter) as u32;
-                }
-                at_least[4] += (rank == K::Bits::MAX) as u32;
-            }
-            let inside = valid && rank >= bounds[1] && rank < bounds[2];
-            let at = warp_stage + staged as usize;
-            staged += unsafe { stage_lanes(at, inside, |place| stage.store(place, tile_keys[i])) };
-        });
+        if tile_start + TILE <= end {
+            unroll_items!(i => { work(tile_keys[i], true, &mut at_least, &mut staged); });
+        } else {
+            let valid_items = thread_items(tile_start, end);
+            unroll_items!(i => { work(tile_keys[i], (i as u32) < valid_items, &mut at_least, &mut staged); });
+        }
         if stage_is_full(staged) {
             unsafe { copy_out_stage(&stage, warp_stage, staged, out, kept, params.capacity) };
+            kept_by_warp += staged;
             staged = 0;
         }
         tile_start += TILE;
     }
     if staged != 0 {
         unsafe { copy_out_stage(&stage, warp_stage, staged, out, kept, params.capacity) };
+        kept_by_warp += staged;
     }
 
     // The block's counters, then its buckets' totals (the kept bucket's came with the copies).
     for (j, count) in at_least.iter().enumerate() {
-        let warp_count = unsafe { warp::reduce_add_u32(*count) };
+        let mut warp_count = unsafe { warp::reduce_add_u32(*count) };
+        if j == 1 {
+            warp_count = unsafe { warp::reduce_add_u32(at_least[2]) } + kept_by_warp;
+        }
         if device::lane_id() == 0 && warp_count != 0 {
             unsafe { counters.atomic_add(j, warp_count) };
         }

@@ -30,7 +30,7 @@
 
 use crate::device::{self, FULL_WARP, WARP_SIZE};
 use crate::key::OrderedBits;
-use crate::thread::{compare_exchange, pair_after};
+use crate::thread::{pair_after, slot_after};
 
 /// `32·R` (ordered bits, position) pairs of one warp, lane-stride layout.
 #[derive(Clone, Copy, Debug)]
@@ -86,7 +86,7 @@ fn ascending(global: usize, size: usize, run_len: usize) -> bool {
 /// One stage with stride `32·J` (`J ≥ 1`): partners in the same lane, registers `r` and
 /// `r ^ J`.
 #[inline(always)]
-fn stage_in_registers<B: OrderedBits, const R: usize, const J: usize>(
+fn stage_in_registers<B: OrderedBits, const R: usize, const J: usize, const TIES: bool>(
     pairs: &mut WarpPairs<B, R>,
     base: usize,
     size: usize,
@@ -97,11 +97,19 @@ fn stage_in_registers<B: OrderedBits, const R: usize, const J: usize>(
         let partner = r ^ J;
         if partner > r && partner < R {
             let up = ascending(base + r * 32 + lane, size, run_len);
-            let mut low = (pairs.bits[r], pairs.positions[r]);
-            let mut high = (pairs.bits[partner], pairs.positions[partner]);
-            compare_exchange(&mut low, &mut high, up);
-            (pairs.bits[r], pairs.positions[r]) = low;
-            (pairs.bits[partner], pairs.positions[partner]) = high;
+            let after = slot_after::<B, TIES>(
+                pairs.bits[r],
+                pairs.positions[r],
+                pairs.bits[partner],
+                pairs.positions[partner],
+            );
+            if after == up {
+                (pairs.bits[r], pairs.bits[partner]) = (pairs.bits[partner], pairs.bits[r]);
+                if TIES {
+                    (pairs.positions[r], pairs.positions[partner]) =
+                        (pairs.positions[partner], pairs.positions[r]);
+                }
+            }
         }
     }
 }
@@ -111,7 +119,7 @@ fn stage_in_registers<B: OrderedBits, const R: usize, const J: usize>(
 /// # Safety
 /// All 32 lanes call it together.
 #[inline(always)]
-unsafe fn stage_across_lanes<B: OrderedBits, const R: usize>(
+unsafe fn stage_across_lanes<B: OrderedBits, const R: usize, const TIES: bool>(
     pairs: &mut WarpPairs<B, R>,
     base: usize,
     size: usize,
@@ -124,10 +132,11 @@ unsafe fn stage_across_lanes<B: OrderedBits, const R: usize>(
         let up = ascending(base + r * 32 + lane, size, run_len);
         let (bits, position) = (pairs.bits[r], pairs.positions[r]);
         let other_bits = unsafe { shfl_xor_bits(bits, stride as u32) };
-        let other_position = unsafe { device::shfl_xor_u32(FULL_WARP, position, stride as u32) };
+        let other_position =
+            if TIES { unsafe { device::shfl_xor_u32(FULL_WARP, position, stride as u32) } } else { position };
         // The lower element keeps the smaller pair when ascending, the larger otherwise.
         let keep_smaller = lower == up;
-        let mine_after = pair_after(bits, position, other_bits, other_position);
+        let mine_after = slot_after::<B, TIES>(bits, position, other_bits, other_position);
         if mine_after == keep_smaller {
             pairs.bits[r] = other_bits;
             pairs.positions[r] = other_position;
@@ -150,21 +159,37 @@ pub unsafe fn merge_stages<B: OrderedBits, const R: usize>(
     first_stride: usize,
     run_len: usize,
 ) {
+    unsafe { merge_stages_by::<B, R, true>(pairs, base, size, first_stride, run_len) }
+}
+
+/// [`merge_stages`], by (bits, position) when `TIES`, by bits alone otherwise
+/// ([`slot_after`]).
+///
+/// # Safety
+/// As [`merge_stages`].
+#[inline(always)]
+pub(crate) unsafe fn merge_stages_by<B: OrderedBits, const R: usize, const TIES: bool>(
+    pairs: &mut WarpPairs<B, R>,
+    base: usize,
+    size: usize,
+    first_stride: usize,
+    run_len: usize,
+) {
     let mut stride = first_stride;
     while stride >= WARP_SIZE as usize {
         match stride / 32 {
-            1 => stage_in_registers::<B, R, 1>(pairs, base, size, run_len),
-            2 => stage_in_registers::<B, R, 2>(pairs, base, size, run_len),
-            4 => stage_in_registers::<B, R, 4>(pairs, base, size, run_len),
-            8 => stage_in_registers::<B, R, 8>(pairs, base, size, run_len),
-            16 => stage_in_registers::<B, R, 16>(pairs, base, size, run_len),
-            32 => stage_in_registers::<B, R, 32>(pairs, base, size, run_len),
+            1 => stage_in_registers::<B, R, 1, TIES>(pairs, base, size, run_len),
+            2 => stage_in_registers::<B, R, 2, TIES>(pairs, base, size, run_len),
+            4 => stage_in_registers::<B, R, 4, TIES>(pairs, base, size, run_len),
+            8 => stage_in_registers::<B, R, 8, TIES>(pairs, base, size, run_len),
+            16 => stage_in_registers::<B, R, 16, TIES>(pairs, base, size, run_len),
+            32 => stage_in_registers::<B, R, 32, TIES>(pairs, base, size, run_len),
             _ => unreachable!("register strides go up to 32 (R ≤ 64)"),
         }
         stride /= 2;
     }
     while stride > 0 {
-        unsafe { stage_across_lanes(pairs, base, size, stride, run_len) };
+        unsafe { stage_across_lanes::<B, R, TIES>(pairs, base, size, stride, run_len) };
         stride /= 2;
     }
 }
@@ -185,10 +210,24 @@ pub unsafe fn sort_runs<B: OrderedBits, const R: usize>(
     base: usize,
     run_len: usize,
 ) {
+    unsafe { sort_runs_by::<B, R, true>(pairs, base, run_len) }
+}
+
+/// [`sort_runs`], by (bits, position) when `TIES`, by bits alone otherwise
+/// ([`slot_after`]).
+///
+/// # Safety
+/// As [`sort_runs`].
+#[inline(always)]
+pub(crate) unsafe fn sort_runs_by<B: OrderedBits, const R: usize, const TIES: bool>(
+    pairs: &mut WarpPairs<B, R>,
+    base: usize,
+    run_len: usize,
+) {
     let last = if run_len < 32 * R { run_len } else { 32 * R };
     let mut size = 2;
     while size <= last {
-        unsafe { merge_stages(pairs, base, size, size / 2, run_len) };
+        unsafe { merge_stages_by::<B, R, TIES>(pairs, base, size, size / 2, run_len) };
         size *= 2;
     }
 }
