@@ -970,7 +970,8 @@ impl<B> Default for WindowLayout<B> {
 /// [`SAMPLE_THREADS`] threads, [`WindowLayout::bytes`] of shared memory, `grid.x =
 /// params.blocks`; level 0's sample kernel has run with `APPROXIMATE` and `bucket_bits >
 /// WINDOW_BITS`; the window's totals, the outcome and `kept[0]` cleared; each block's range
-/// below 2^32 keys.
+/// below 2^32 keys; `params.data` 16-byte aligned (whole tiles load by vectors; a device
+/// buffer is).
 pub unsafe fn window<K: Key>(params: SampleParams<K>) {
     let level = unsafe { params.levels.read(0) };
     if level.source == source::NONE || level.decision.action != action::PENDING {
@@ -1150,7 +1151,8 @@ impl<K> Default for BracketLayout<K> {
 /// # Safety
 /// [`SAMPLE_THREADS`] threads, [`BracketLayout::bytes`] of shared memory, `grid.x =
 /// params.blocks`; the level's sample kernel has run with [`flags::BRACKET`] and
-/// `bucket_bits = 3`; each block's range below 2^32 keys.
+/// `bucket_bits = 3`; each block's range below 2^32 keys; the level's keys 16-byte aligned
+/// (whole tiles load by vectors; level 0's are `params.data`, a device buffer).
 pub unsafe fn bracket<K: Key>(params: SampleParams<K>) {
     let level = unsafe { params.levels.read(params.level as u64) };
     if level.source == source::NONE || level.decision.action != action::PENDING {
