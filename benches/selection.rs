@@ -671,7 +671,7 @@ fn results_dir() -> std::path::PathBuf {
     if let Ok(dir) = std::env::var("GPU_SELECT_RESULTS_DIR") {
         return dir.into();
     }
-    let in_workspace = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/results");
+    let in_workspace = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/results");
     if in_workspace.is_dir() { in_workspace } else { "docs/results".into() }
 }
 

@@ -22,7 +22,9 @@
 //! [`key`] holds the order-preserving key encodings and [`params`] the `#[repr(C)]`
 //! launch parameters; both are shared with the host.
 #![no_std]
-#![feature(macro_metavar_expr_concat)]
+// Nightly features only where the kernels are built for the GPU: the host side (launch
+// parameters, keys, layouts, the emulator) builds on stable Rust.
+#![cfg_attr(target_arch = "nvptx64", feature(macro_metavar_expr_concat))]
 #![cfg_attr(
     target_arch = "nvptx64",
     feature(

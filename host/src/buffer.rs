@@ -2,6 +2,7 @@
 
 use std::marker::PhantomData;
 
+use cudarc::driver::sys;
 use gpu_select_kernels::params::GlobalPtr;
 
 use crate::error::{Error, Result, check_driver};
@@ -102,7 +103,7 @@ impl<T> Drop for DeviceBuffer<T> {
             && device.make_current().is_ok()
         {
             // A failure to free cannot be reported from drop; the context keeps running.
-            let _ = unsafe { cust::sys::cuMemFree_v2(*address) };
+            let _ = unsafe { sys::cuMemFree_v2(*address) };
         }
     }
 }
@@ -128,15 +129,20 @@ impl Gpu {
                 if bytes > 0 {
                     unsafe {
                         check_driver(
-                            cust::sys::cuMemAlloc_v2(&mut address, bytes),
+                            sys::cuMemAlloc_v2(&mut address, bytes),
                             "allocating device memory",
                             bytes,
                         )?;
-                        check_driver(
-                            cust::sys::cuMemsetD8_v2(address, 0, bytes),
+                        let cleared = check_driver(
+                            sys::cuMemsetD8_v2(address, 0, bytes),
                             "clearing device memory",
                             bytes,
-                        )?;
+                        );
+                        if cleared.is_err() {
+                            // Not yet owned by a buffer: free it here, or it leaks.
+                            let _ = sys::cuMemFree_v2(address);
+                        }
+                        cleared?;
                     }
                 }
                 Storage::Device(address)
@@ -179,7 +185,7 @@ impl Gpu {
                     self.synchronize()?;
                     unsafe {
                         check_driver(
-                            cust::sys::cuMemcpyHtoD_v2(*address, values.as_ptr().cast(), bytes),
+                            sys::cuMemcpyHtoD_v2(*address, values.as_ptr().cast(), bytes),
                             "copying to the device",
                             bytes,
                         )?;
@@ -199,7 +205,7 @@ impl Gpu {
                 self.raw_memory_op(
                     bytes,
                     "copying to the device",
-                    || unsafe { cust::sys::cuMemcpyHtoD_v2(address, source.cast(), bytes) },
+                    || unsafe { sys::cuMemcpyHtoD_v2(address, source.cast(), bytes) },
                     || unsafe { std::ptr::copy_nonoverlapping(source, address as usize as *mut u8, bytes) },
                 )?;
             }
@@ -214,7 +220,7 @@ impl Gpu {
         self.raw_memory_op(
             bytes,
             "copying on the device",
-            || unsafe { cust::sys::cuMemcpyDtoD_v2(to, from, bytes) },
+            || unsafe { sys::cuMemcpyDtoD_v2(to, from, bytes) },
             || unsafe { std::ptr::copy(from as usize as *const u8, to as usize as *mut u8, bytes) },
         )
     }
@@ -225,7 +231,7 @@ impl Gpu {
         self.raw_memory_op(
             bytes,
             "clearing device memory",
-            || unsafe { cust::sys::cuMemsetD8_v2(address, 0, bytes) },
+            || unsafe { sys::cuMemsetD8_v2(address, 0, bytes) },
             || unsafe { std::ptr::write_bytes(address as usize as *mut u8, 0, bytes) },
         )
     }
@@ -240,7 +246,7 @@ impl Gpu {
         self.raw_memory_op(
             bytes,
             "copying from the device",
-            || unsafe { cust::sys::cuMemcpyDtoH_v2(destination.cast(), address, bytes) },
+            || unsafe { sys::cuMemcpyDtoH_v2(destination.cast(), address, bytes) },
             || unsafe { std::ptr::copy_nonoverlapping(address as usize as *const u8, destination, bytes) },
         )
     }
@@ -251,7 +257,7 @@ impl Gpu {
         &self,
         bytes: usize,
         what: &'static str,
-        cuda: impl FnOnce() -> cust::sys::CUresult,
+        cuda: impl FnOnce() -> sys::CUresult,
         emulate: impl FnOnce(),
     ) -> Result<()> {
         if bytes == 0 {

@@ -2,6 +2,9 @@
 
 use std::fmt;
 
+use cudarc::driver::result::DriverError;
+use cudarc::driver::sys;
+
 /// Everything that can go wrong, with a message that says what to do about it.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -18,11 +21,11 @@ pub enum Error {
         /// Its compute capability, e.g. `(7, 5)`.
         compute_capability: (i32, i32),
     },
-    /// The driver could not load the embedded PTX.
-    PtxLoad {
-        /// Which PTX flavour (`sm_80`, `sm_90`).
-        arch: &'static str,
-        /// The driver's answer.
+    /// The embedded kernels could not be loaded (see [`KernelImage`](crate::KernelImage)).
+    KernelLoad {
+        /// Which image: `sm_90 machine code`, `PTX`.
+        image: String,
+        /// Why: the driver's answer, or the decompressor's.
         reason: String,
     },
     /// A device allocation failed.
@@ -67,24 +70,27 @@ impl Error {
     }
 
     /// Wraps a driver error, mapping out-of-memory to [`Error::OutOfMemory`].
-    pub(crate) fn driver(during: impl Into<String>, error: cust::error::CudaError, bytes: usize) -> Self {
-        if error == cust::error::CudaError::OutOfMemory {
+    pub(crate) fn driver(during: impl Into<String>, error: DriverError, bytes: usize) -> Self {
+        if error.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
             Error::OutOfMemory { requested_bytes: bytes }
         } else {
-            Error::Driver { during: during.into(), reason: error.to_string() }
+            Error::Driver { during: during.into(), reason: describe_driver_error(error) }
         }
     }
 }
 
-/// Checks the result of a raw driver call (`cust::sys`), mapping out-of-memory to
-/// [`Error::OutOfMemory`].
-pub(crate) fn check_driver(result: cust::sys::CUresult, during: &str, bytes: usize) -> Result<()> {
-    use cust::sys::cudaError_enum as Code;
-    match result {
-        Code::CUDA_SUCCESS => Ok(()),
-        Code::CUDA_ERROR_OUT_OF_MEMORY => Err(Error::OutOfMemory { requested_bytes: bytes }),
-        other => Err(Error::Driver { during: during.to_string(), reason: format!("{other:?}") }),
+/// A driver error as its code and the driver's own words, e.g.
+/// `CUDA_ERROR_NO_DEVICE (no CUDA-capable device is detected)`.
+pub(crate) fn describe_driver_error(error: DriverError) -> String {
+    match error.error_string() {
+        Ok(words) => format!("{:?} ({})", error.0, words.to_string_lossy()),
+        Err(_) => format!("{:?}", error.0),
     }
+}
+
+/// Checks the result of a raw driver call, mapping out-of-memory to [`Error::OutOfMemory`].
+pub(crate) fn check_driver(result: sys::CUresult, during: &str, bytes: usize) -> Result<()> {
+    result.result().map_err(|error| Error::driver(during, error, bytes))
 }
 
 impl fmt::Display for Error {
@@ -94,8 +100,8 @@ impl fmt::Display for Error {
             Error::UnsupportedDevice { name, compute_capability: (major, minor) } => {
                 write!(f, "{name} has compute capability {major}.{minor}; gpu-select needs 8.0 or newer")
             }
-            Error::PtxLoad { arch, reason } => {
-                write!(f, "the driver could not load the {arch} PTX: {reason}")
+            Error::KernelLoad { image, reason } => {
+                write!(f, "the kernels' {image} could not be loaded: {reason}")
             }
             Error::OutOfMemory { requested_bytes } => {
                 write!(f, "out of device memory allocating {requested_bytes} bytes")

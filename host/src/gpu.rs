@@ -1,21 +1,18 @@
 //! The [`Gpu`] handle: a CUDA device with the embedded kernels loaded, or the emulator.
 
 use std::collections::HashMap;
-use std::ffi::c_void;
-use std::sync::{Arc, Mutex};
+use std::ffi::{CString, c_void};
+use std::sync::{Arc, Mutex, Once};
 use std::time::Instant;
 
-use cust::context::{Context, CurrentContext};
-use cust::device::{Device, DeviceAttribute};
-use cust::error::CudaError;
-use cust::event::{Event, EventFlags};
-use cust::module::Module;
-use cust::stream::{Stream, StreamFlags};
+use cudarc::driver::result as cu;
+use cudarc::driver::result::DriverError;
+use cudarc::driver::sys;
 use gpu_select_kernels::device::emulator;
 use gpu_select_kernels::entry::KernelId;
 
 use crate::error::{Error, Result, check_driver};
-use crate::ptx;
+use crate::kernels::KernelImage;
 
 /// Environment variable that picks the backend of [`Gpu::from_env`]: `cuda`, `emulator` or
 /// `auto` (the default: CUDA when a device opens, else the emulator).
@@ -72,25 +69,52 @@ pub(crate) enum Backend {
     Emulator(DeviceLimits),
 }
 
-/// Fields drop in declaration order: the module and stream before the context.
+/// One CUDA device: its primary context, one stream, and the kernels, loaded at the first
+/// launch. The driver's handles are raw pointers; [`Drop`] releases them in order.
 pub(crate) struct CudaDevice {
-    module: Module,
-    /// Kernel handles looked up so far, by PTX name (a launch would otherwise pay a
-    /// `cuModuleGetFunction` each time; radix select makes 13–25 launches per call).
-    functions: Mutex<HashMap<&'static str, KernelHandle>>,
-    stream: Stream,
-    context: Context,
+    device: sys::CUdevice,
+    /// The device's primary context (retained; shared with every other user of the device in
+    /// this process, as the CUDA runtime shares it).
+    context: sys::CUcontext,
+    stream: sys::CUstream,
+    /// The module and the kernel handles looked up so far.
+    kernels: Mutex<LoadedKernels>,
     limits: DeviceLimits,
-    arch: &'static str,
+    /// The image this device loads first ([`KernelImage::for_device`]).
+    image: KernelImage,
 }
 
-/// A `CUfunction` of the module: valid while the module lives, which the `CudaDevice` that
-/// holds both guarantees.
-#[derive(Clone, Copy)]
-struct KernelHandle(cust::sys::CUfunction);
+/// What the first launch loads: the module of every kernel (from [`KernelImage`]) and each
+/// kernel's handle, looked up once by name (a launch would otherwise pay a
+/// `cuModuleGetFunction` each time; radix select makes 13–25 launches per call).
+#[derive(Default)]
+struct LoadedKernels {
+    module: Option<(sys::CUmodule, KernelImage)>,
+    functions: HashMap<&'static str, sys::CUfunction>,
+}
 
-// The handle is an opaque driver pointer; the driver's functions take it from any thread.
-unsafe impl Send for KernelHandle {}
+// The driver API is thread-safe and its handles may be used from any thread once the context
+// is current there (every entry point makes it so); the mutable state is behind the mutex.
+unsafe impl Send for CudaDevice {}
+unsafe impl Sync for CudaDevice {}
+
+impl Drop for CudaDevice {
+    fn drop(&mut self) {
+        // Failures cannot be reported from drop; the process goes on either way.
+        unsafe {
+            if cu::ctx::set_current(self.context).is_ok() {
+                let kernels = self.kernels.get_mut().unwrap_or_else(|e| e.into_inner());
+                if let Some((module, _)) = kernels.module.take() {
+                    let _ = cu::module::unload(module);
+                }
+                if !self.stream.is_null() {
+                    let _ = cu::stream::destroy(self.stream);
+                }
+            }
+            let _ = cu::primary_ctx::release(self.device);
+        }
+    }
+}
 
 /// The shape of one launch, as the kernels' own `const fn`s compute it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,41 +128,49 @@ pub(crate) struct LaunchShape {
 const DEFAULT_SHARED_LIMIT: usize = 48 * 1024;
 
 impl Gpu {
-    /// Opens CUDA device 0, loads the embedded PTX and creates a stream.
+    /// Opens CUDA device 0 and creates a stream. The kernels load at the first launch (machine
+    /// code for sm_80 and sm_90 GPUs: no compilation; see [`KernelImage`]).
     ///
     /// Errors: [`Error::NoDevice`] when there is no driver or no device,
-    /// [`Error::UnsupportedDevice`] before compute capability 8.0, [`Error::PtxLoad`].
+    /// [`Error::UnsupportedDevice`] before compute capability 8.0.
     pub fn new() -> Result<Self> {
         Self::cuda(0)
     }
 
     /// Opens CUDA device `ordinal`.
     pub fn cuda(ordinal: u32) -> Result<Self> {
-        let no_device = |e: CudaError| Error::NoDevice { reason: e.to_string() };
-        cust::init(cust::CudaFlags::empty()).map_err(no_device)?;
-        let device = Device::get_device(ordinal).map_err(no_device)?;
+        // The driver library is loaded at run time: a machine without one builds and runs the
+        // library (on the emulator) all the same.
+        if !unsafe { sys::is_culib_present() } {
+            return Err(Error::NoDevice {
+                reason: "the CUDA driver library (libcuda.so) is not installed".to_string(),
+            });
+        }
+        let no_device = |e: DriverError| Error::NoDevice { reason: crate::error::describe_driver_error(e) };
+        cu::init().map_err(no_device)?;
+        let device = cu::device::get(ordinal as i32).map_err(no_device)?;
         let limits = read_limits(device).map_err(no_device)?;
-        let arch = ptx::arch_for(limits.compute_capability).ok_or_else(|| Error::UnsupportedDevice {
-            name: limits.name.clone(),
-            compute_capability: limits.compute_capability,
-        })?;
-        let context = Context::new(device).map_err(no_device)?;
-        let module = Module::from_ptx(ptx::source(arch), &[])
-            .map_err(|e| Error::PtxLoad { arch, reason: e.to_string() })?;
+        let image =
+            KernelImage::for_device(limits.compute_capability).ok_or_else(|| Error::UnsupportedDevice {
+                name: limits.name.clone(),
+                compute_capability: limits.compute_capability,
+            })?;
+        let context = unsafe { cu::primary_ctx::retain(device) }.map_err(no_device)?;
+        // From here on, `CudaDevice`'s drop releases what was made.
+        let mut cuda = CudaDevice {
+            device,
+            context,
+            stream: std::ptr::null_mut(),
+            kernels: Mutex::default(),
+            limits,
+            image,
+        };
+        cuda.make_current()?;
         // A blocking stream: the synchronous copies and memsets (legacy default stream) are
         // ordered with its kernels, so a kernel never reads memory still being written.
-        let stream =
-            Stream::new(StreamFlags::DEFAULT, None).map_err(|e| Error::driver("creating a stream", e, 0))?;
-        Ok(Self {
-            inner: Arc::new(Backend::Cuda(CudaDevice {
-                module,
-                functions: Mutex::default(),
-                stream,
-                context,
-                limits,
-                arch,
-            })),
-        })
+        cuda.stream = cu::stream::create(cu::stream::StreamKind::Default)
+            .map_err(|e| Error::driver("creating a stream", e, 0))?;
+        Ok(Self { inner: Arc::new(Backend::Cuda(cuda)) })
     }
 
     /// The host emulator: runs the kernels on CPU threads. Always available; slow.
@@ -185,18 +217,19 @@ impl Gpu {
         }
     }
 
-    /// One line naming the backend, e.g. "CUDA: NVIDIA H200 (sm_90, 132 SMs, PTX sm_90)".
+    /// One line naming the backend, e.g. "CUDA: NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB,
+    /// kernels: sm_90 machine code)".
     pub fn describe(&self) -> String {
         match &*self.inner {
             Backend::Cuda(device) => {
                 let limits = &device.limits;
                 let (major, minor) = limits.compute_capability;
                 format!(
-                    "CUDA: {} (sm_{major}{minor}, {} SMs, {:.1} GiB, PTX {})",
+                    "CUDA: {} (sm_{major}{minor}, {} SMs, {:.1} GiB, kernels: {})",
                     limits.name,
                     limits.multiprocessors,
                     limits.total_memory_bytes as f64 / (1u64 << 30) as f64,
-                    device.arch
+                    device.image.describe()
                 )
             }
             Backend::Emulator(_) => {
@@ -211,7 +244,8 @@ impl Gpu {
         match &*self.inner {
             Backend::Cuda(device) => {
                 device.make_current()?;
-                device.stream.synchronize().map_err(|e| Error::driver("waiting for the GPU", e, 0))
+                unsafe { cu::stream::synchronize(device.stream) }
+                    .map_err(|e| Error::driver("waiting for the GPU", e, 0))
             }
             Backend::Emulator(_) => Ok(()),
         }
@@ -223,15 +257,11 @@ impl Gpu {
         match &*self.inner {
             Backend::Cuda(device) => {
                 device.make_current()?;
-                let event =
-                    || Event::new(EventFlags::DEFAULT).map_err(|e| Error::driver("creating an event", e, 0));
-                let (start, stop) = (event()?, event()?);
-                start.record(&device.stream).map_err(|e| Error::driver("recording an event", e, 0))?;
+                let (start, stop) = (Event::new()?, Event::new()?);
+                start.record(device.stream)?;
                 let result = work()?;
-                stop.record(&device.stream).map_err(|e| Error::driver("recording an event", e, 0))?;
-                stop.synchronize().map_err(|e| Error::driver("waiting for the GPU", e, 0))?;
-                let ms =
-                    stop.elapsed_time_f32(&start).map_err(|e| Error::driver("reading an event", e, 0))?;
+                stop.record(device.stream)?;
+                let ms = stop.elapsed_since(&start)?;
                 Ok((result, ms as f64))
             }
             Backend::Emulator(_) => {
@@ -284,10 +314,37 @@ impl std::fmt::Debug for Gpu {
     }
 }
 
+/// A CUDA event, destroyed on drop.
+struct Event(sys::CUevent);
+
+impl Event {
+    fn new() -> Result<Self> {
+        cu::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
+            .map(Event)
+            .map_err(|e| Error::driver("creating an event", e, 0))
+    }
+
+    fn record(&self, stream: sys::CUstream) -> Result<()> {
+        unsafe { cu::event::record(self.0, stream) }.map_err(|e| Error::driver("recording an event", e, 0))
+    }
+
+    /// Milliseconds from `start` to this event, once this event has happened.
+    fn elapsed_since(&self, start: &Event) -> Result<f32> {
+        unsafe { cu::event::synchronize(self.0) }.map_err(|e| Error::driver("waiting for the GPU", e, 0))?;
+        unsafe { cu::event::elapsed(start.0, self.0) }.map_err(|e| Error::driver("reading an event", e, 0))
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        let _ = unsafe { cu::event::destroy(self.0) };
+    }
+}
+
 impl CudaDevice {
     /// CUDA contexts are current per host thread; every entry point makes ours current.
     pub(crate) fn make_current(&self) -> Result<()> {
-        CurrentContext::set_current(&self.context)
+        unsafe { cu::ctx::set_current(self.context) }
             .map_err(|e| Error::driver("making the context current", e, 0))
     }
 
@@ -296,9 +353,9 @@ impl CudaDevice {
         let function = self.function(kernel.name)?;
         if shape.shared_bytes > DEFAULT_SHARED_LIMIT {
             let result = unsafe {
-                cust::sys::cuFuncSetAttribute(
+                sys::cuFuncSetAttribute(
                     function,
-                    cust::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                     shape.shared_bytes as i32,
                 )
             };
@@ -307,7 +364,7 @@ impl CudaDevice {
         // The kernel takes its `#[repr(C)]` parameter struct by value: one argument.
         let mut arguments = [&mut params as *mut P as *mut c_void];
         let result = unsafe {
-            cust::sys::cuLaunchKernel(
+            sys::cuLaunchKernel(
                 function,
                 shape.grid.0,
                 shape.grid.1,
@@ -316,7 +373,7 @@ impl CudaDevice {
                 1,
                 1,
                 shape.shared_bytes as u32,
-                self.stream.as_inner(),
+                self.stream,
                 arguments.as_mut_ptr(),
                 std::ptr::null_mut(),
             )
@@ -324,49 +381,84 @@ impl CudaDevice {
         check_driver(result, &format!("launching {}", kernel.name), 0)
     }
 
-    /// The kernel's handle, looked up in the module the first time only.
-    fn function(&self, name: &'static str) -> Result<cust::sys::CUfunction> {
-        let mut functions = self.functions.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(handle) = functions.get(name) {
-            return Ok(handle.0);
+    /// The kernel's handle: the module is loaded by the first call, each name looked up once.
+    fn function(&self, name: &'static str) -> Result<sys::CUfunction> {
+        let mut kernels = self.kernels.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&function) = kernels.functions.get(name) {
+            return Ok(function);
         }
-        let function = self
-            .module
-            .get_function(name)
-            .map_err(|e| Error::driver(format!("looking up kernel {name}"), e, 0))?
-            .to_raw();
-        functions.insert(name, KernelHandle(function));
+        let module = match kernels.module {
+            Some((module, _)) => module,
+            None => {
+                let loaded = self.load_kernels()?;
+                kernels.module = Some(loaded);
+                loaded.0
+            }
+        };
+        let symbol = CString::new(name).expect("kernel names hold no NUL");
+        let function = unsafe { cu::module::get_function(module, symbol) }
+            .map_err(|e| Error::driver(format!("looking up kernel {name}"), e, 0))?;
+        kernels.functions.insert(name, function);
         Ok(function)
+    }
+
+    /// Loads the device's kernel image; where machine code fails to load (a driver older
+    /// than the `ptxas` that made it), the PTX instead.
+    fn load_kernels(&self) -> Result<(sys::CUmodule, KernelImage)> {
+        let load = |image: KernelImage| -> Result<sys::CUmodule> {
+            let bytes = image.bytes()?;
+            if image == KernelImage::Ptx {
+                announce_compilation(&self.limits);
+            }
+            unsafe { cu::module::load_data(bytes.as_ptr().cast()) }.map_err(|e| Error::KernelLoad {
+                image: image.describe(),
+                reason: crate::error::describe_driver_error(e),
+            })
+        };
+        match load(self.image) {
+            Ok(module) => Ok((module, self.image)),
+            Err(error) if self.image == KernelImage::Ptx => Err(error),
+            Err(error) => {
+                eprintln!("gpu-select: {error}; falling back to the PTX");
+                Ok((load(KernelImage::Ptx)?, KernelImage::Ptx))
+            }
+        }
     }
 }
 
-fn read_limits(device: Device) -> std::result::Result<DeviceLimits, CudaError> {
-    let attribute = |attribute| device.get_attribute(attribute);
-    let mut optin_shared = 0i32;
-    let result = unsafe {
-        cust::sys::cuDeviceGetAttribute(
-            &mut optin_shared,
-            cust::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
-            device.as_raw(),
-        )
-    };
-    if result != cust::sys::cudaError_enum::CUDA_SUCCESS {
-        // Older drivers lack the opt-in attribute: the default limit then applies.
-        optin_shared = DEFAULT_SHARED_LIMIT as i32;
-    }
-    let memory_clock_khz = attribute(DeviceAttribute::MemoryClockRate)? as f64;
-    let bus_width_bits = attribute(DeviceAttribute::GlobalMemoryBusWidth)? as f64;
+/// Says, once per process, that the driver is compiling the kernels: on a fresh machine that
+/// takes minutes, and a silent wait looks like a hang.
+fn announce_compilation(limits: &DeviceLimits) {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let (major, minor) = limits.compute_capability;
+        eprintln!(
+            "gpu-select: no prebuilt machine code for {} (sm_{major}{minor}); the driver compiles the \
+             kernels from PTX, which takes minutes the first time on a machine (its cache keeps them)",
+            limits.name
+        );
+    });
+}
+
+fn read_limits(device: sys::CUdevice) -> std::result::Result<DeviceLimits, DriverError> {
+    use sys::CUdevice_attribute as Attribute;
+    let attribute = |attribute| unsafe { cu::device::get_attribute(device, attribute) };
+    // Older drivers lack the opt-in attribute: the default limit then applies.
+    let optin_shared = attribute(Attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+        .unwrap_or(DEFAULT_SHARED_LIMIT as i32);
+    let memory_clock_khz = attribute(Attribute::CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE)? as f64;
+    let bus_width_bits = attribute(Attribute::CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH)? as f64;
     Ok(DeviceLimits {
-        name: device.name()?,
+        name: cu::device::get_name(device)?,
         compute_capability: (
-            attribute(DeviceAttribute::ComputeCapabilityMajor)?,
-            attribute(DeviceAttribute::ComputeCapabilityMinor)?,
+            attribute(Attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+            attribute(Attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
         ),
-        multiprocessors: attribute(DeviceAttribute::MultiprocessorCount)? as u32,
-        max_threads_per_block: attribute(DeviceAttribute::MaxThreadsPerBlock)? as u32,
+        multiprocessors: attribute(Attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32,
+        max_threads_per_block: attribute(Attribute::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)? as u32,
         max_shared_bytes_per_block: optin_shared as usize,
-        l2_bytes: attribute(DeviceAttribute::L2CacheSize)? as usize,
-        total_memory_bytes: device.total_memory()?,
+        l2_bytes: attribute(Attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)? as usize,
+        total_memory_bytes: unsafe { cu::device::total_mem(device) }?,
         // Double data rate: two transfers per clock.
         peak_bandwidth_bytes_per_s: 2.0 * memory_clock_khz * 1e3 * bus_width_bits / 8.0,
     })

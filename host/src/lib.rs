@@ -1,5 +1,6 @@
 //! GPU selection in Rust: order statistics of data on an NVIDIA GPU, with kernels written
-//! in Rust (`gpu-select-kernels`, compiled to PTX) and launched through `cust`.
+//! in Rust (`gpu-select-kernels`, compiled to PTX and prebuilt to machine code) and launched
+//! through the CUDA driver API ([`cudarc`](https://docs.rs/cudarc), loaded at run time).
 //!
 //! What is here: the [`Gpu`] handle (a CUDA device, or the [emulator](Gpu::emulator) that
 //! runs the same kernel code on CPU threads), typed [`DeviceBuffer`]s, top-k
@@ -32,7 +33,7 @@ mod buffer;
 pub mod diagnostics;
 mod error;
 mod gpu;
-mod ptx;
+mod kernels;
 pub mod reference;
 mod select;
 mod sort;
@@ -42,7 +43,7 @@ pub use buffer::{DeviceBuffer, DeviceValue};
 pub use error::{Error, Result};
 pub use gpu::{BACKEND_ENV, BackendKind, DeviceLimits, Gpu};
 pub use gpu_select_kernels::{Key, Order};
-pub use ptx::{PTX_SM80, PTX_SM90};
+pub use kernels::KernelImage;
 pub use select::{ApproxSelection, SampleSelectPolicy, SelectAlgorithm, SelectOptions};
 pub use sort::{MAX_SMALL_SORT_LEN, SortedSegments};
 pub use topk::{

@@ -1,19 +1,24 @@
 //! Project tasks that are not plain cargo. Run as `cargo xtask <task>`:
 //!
-//! * `build-ptx`: build the kernels into PTX (sm_80 and sm_90) under `target/ptx/`, then
-//!   check them with `ptxas` and print registers, spills, stack and shared memory per
-//!   kernel; a ptxas error fails the task.
-//! * `test`: formatting, clippy, the PTX build and check, then every test of the workspace
-//!   (unit, integration and doc tests) on the GPU when one is present, else the emulator.
+//! * `build-ptx`: build the kernels (PTX by the pinned nightly, cubins for sm_80 and sm_90
+//!   by `ptxas`), print registers, spills, stack and shared memory per kernel, and write
+//!   the artifacts that changed to `host/kernels/` (committed: the library embeds them, so
+//!   that it builds on stable Rust with no CUDA toolkit; see `kernels.rs`).
+//! * `test`: formatting, clippy, the kernels rebuilt and compared with the committed ones
+//!   (stale kernels fail), the API docs, every test of the workspace (unit, integration and
+//!   doc tests) on the GPU when one is present, else the emulator, the examples, a crate
+//!   outside the workspace that depends on gpu-select as README.md says (stable Rust), and
+//!   `cargo publish --dry-run` of both crates.
 //! * `bench [FILTER]`: the benchmarks (`benches/selection.rs`); on a GPU they write
 //!   `docs/results/<gpu>-<date>.{json,md}`; without one they say so and run a short demo on
 //!   the emulator.
-//! * `bundle`: builds the test and bench binaries and puts them, with a script that runs
-//!   them, in `.bundle/` to carry to a GPU machine (no Rust needed there).
+//! * `bundle`: builds the test, bench and example binaries and puts them, with a script that
+//!   runs them, in `.bundle/` to carry to a GPU machine (no Rust needed there).
+//! * `downstream`, `package`: two steps of `test` on their own (the crate outside the
+//!   workspace; `cargo publish --dry-run --workspace`).
 //! * `ci`: what `.ci/run` runs (= `test`).
 
-#[path = "../../host/build_ptx.rs"]
-mod build_ptx;
+mod kernels;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -22,12 +27,14 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let root = workspace_root();
     let result = match args.first().map(String::as_str) {
-        Some("build-ptx") => build_and_check_ptx(&root).map(|_| ()),
+        Some("build-ptx") => build_kernels(&root),
         Some("test") | Some("ci") => test(&root),
         Some("bench") => bench(&root, &args[1..]),
         Some("bundle") => bundle(&root),
+        Some("downstream") => downstream(&root),
+        Some("package") => package(&root),
         _ => Err(format!(
-            "usage: cargo xtask <build-ptx | test | bench [FILTER] | bundle | ci>\n{}",
+            "usage: cargo xtask <build-ptx | test | bench [FILTER] | bundle | downstream | package | ci>\n{}",
             "see xtask/src/main.rs for what each does"
         )),
     };
@@ -54,101 +61,91 @@ fn run(command: &mut Command) -> Result<(), String> {
     if status.success() { Ok(()) } else { Err(format!("{command:?} failed ({status})")) }
 }
 
-/// One kernel's line of the ptxas report.
-#[derive(Default)]
-struct KernelReport {
-    name: String,
-    registers: String,
-    stack: String,
-    spill_stores: String,
-    spill_loads: String,
-    shared: String,
-}
-
-fn parse_ptxas_report(report: &str) -> Vec<KernelReport> {
-    let mut kernels = Vec::new();
-    for section in report.split("Compiling entry function '").skip(1) {
-        let mut kernel = KernelReport {
-            name: section[..section.find('\'').unwrap_or(0)].to_string(),
-            ..Default::default()
-        };
-        let number_before = |text: &str, unit: &str| -> String {
-            text.find(unit)
-                .map(|end| {
-                    text[..end]
-                        .trim_end()
-                        .rsplit(|c: char| !c.is_ascii_digit())
-                        .next()
-                        .unwrap_or("")
-                        .to_string()
-                })
-                .unwrap_or_else(|| "0".to_string())
-        };
-        kernel.stack = number_before(section, " bytes stack frame");
-        kernel.spill_stores = number_before(section, " bytes spill stores");
-        kernel.spill_loads = number_before(section, " bytes spill loads");
-        kernel.registers = number_before(section, " registers");
-        kernel.shared = number_before(section, " bytes smem");
-        kernels.push(kernel);
+/// `cargo xtask build-ptx`: rebuilds the kernels and writes what changed.
+fn build_kernels(root: &Path) -> Result<(), String> {
+    let artifacts = kernels::build(root)?;
+    let written = kernels::write(root, &artifacts)?;
+    if written.is_empty() {
+        eprintln!("xtask: {}/ already held these kernels", kernels::KERNELS_DIR);
+    } else {
+        eprintln!("xtask: wrote {} in {}/: commit them", written.join(", "), kernels::KERNELS_DIR);
     }
-    kernels
-}
-
-fn build_and_check_ptx(root: &Path) -> Result<Vec<PathBuf>, String> {
-    let out_dir = root.join("target").join("ptx");
-    let files = build_ptx::build_ptx(root, &out_dir)?;
-    for file in &files {
-        eprintln!("xtask: wrote {}", file.display());
-    }
-    let Some(ptxas) = build_ptx::find_ptxas() else {
-        eprintln!(
-            "xtask: ptxas not found, so the PTX was not assembled: `pip install nvidia-cuda-nvcc-cu12` \
-             (or ./setup.sh) provides it"
-        );
-        return Ok(files);
-    };
-    for (file, flavour) in files.iter().zip(build_ptx::FLAVOURS.iter()) {
-        let output = Command::new(&ptxas)
-            .args([&format!("-arch={}", flavour.arch), "-v"])
-            .arg(file)
-            .args(["-o", "/dev/null"])
-            .output()
-            .map_err(|e| format!("cannot run {}: {e}", ptxas.display()))?;
-        let report = String::from_utf8_lossy(&output.stderr);
-        if !output.status.success() {
-            return Err(format!("ptxas rejected {}:\n{report}", file.display()));
-        }
-        println!("\nptxas -arch={} ({}):", flavour.arch, ptxas.display());
-        println!(
-            "{:<24} {:>5} {:>7} {:>12} {:>11} {:>7}",
-            "kernel", "regs", "stack", "spill stores", "spill loads", "smem"
-        );
-        for kernel in parse_ptxas_report(&report) {
-            println!(
-                "{:<24} {:>5} {:>7} {:>12} {:>11} {:>7}",
-                kernel.name,
-                kernel.registers,
-                kernel.stack,
-                kernel.spill_stores,
-                kernel.spill_loads,
-                kernel.shared
-            );
-        }
-    }
-    Ok(files)
+    Ok(())
 }
 
 fn test(root: &Path) -> Result<(), String> {
     run(cargo().current_dir(root).args(["fmt", "--all", "--", "--check"]))?;
     run(cargo().current_dir(root).args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))?;
-    build_and_check_ptx(root)?;
+    // The embedded kernels must be what the sources build: a stale kernel cannot ship.
+    let artifacts = kernels::build(root)?;
+    kernels::check(root, &artifacts)?;
     // The API docs must build without broken links (the examples run as doc tests below).
     run(cargo().current_dir(root).env("RUSTDOCFLAGS", "-D warnings").args([
         "doc",
         "--workspace",
         "--no-deps",
     ]))?;
-    run(cargo().current_dir(root).args(["test", "--workspace"]))
+    run(cargo().current_dir(root).args(["test", "--workspace"]))?;
+    for example in EXAMPLES {
+        run(cargo().current_dir(root).args(["run", "--quiet", "--example", example]))?;
+    }
+    downstream(root)?;
+    package(root)
+}
+
+/// `cargo publish --dry-run` of both crates: packaged, unpacked and built as crates.io would.
+fn package(root: &Path) -> Result<(), String> {
+    run(cargo().current_dir(root).args(["publish", "--dry-run", "--workspace", "--allow-dirty"]))
+}
+
+/// The programs of `examples/`, each run by `test` (on the emulator without a GPU).
+const EXAMPLES: [&str; 3] = ["top_k", "rows", "select"];
+
+/// Builds and runs, on stable Rust, a new crate outside the workspace that depends on
+/// gpu-select exactly as README.md's "Use it in your crate" says: that section's
+/// `Cargo.toml` lines and `main.rs`, with this checkout where the section puts it.
+fn downstream(root: &Path) -> Result<(), String> {
+    let readme = std::fs::read_to_string(root.join("README.md")).map_err(|e| e.to_string())?;
+    let section = readme
+        .split("\n## Use it in your crate\n")
+        .nth(1)
+        .map(|rest| rest.split("\n## ").next().unwrap_or(rest))
+        .ok_or("README.md has no \"## Use it in your crate\" section")?;
+    let block = |language: &str| -> Result<String, String> {
+        let fence = format!("```{language}\n");
+        let start = section.find(&fence).ok_or(format!("the section has no {language} block"))? + fence.len();
+        let end = section[start..].find("```").ok_or(format!("the {language} block is not closed"))?;
+        Ok(section[start..start + end].to_string())
+    };
+    let (dependencies, main) = (block("toml")?, block("rust")?);
+    // The section says: a checkout of gpu-select beside your crate.
+    let base = std::env::temp_dir().join(format!("gpu-select-downstream-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let app = base.join("my-app");
+    std::fs::create_dir_all(app.join("src")).map_err(|e| e.to_string())?;
+    std::os::unix::fs::symlink(root, base.join("gpu-select")).map_err(|e| e.to_string())?;
+    let manifest =
+        format!("[package]\nname = \"my-app\"\nversion = \"0.1.0\"\nedition = \"2024\"\n\n{dependencies}");
+    std::fs::write(app.join("Cargo.toml"), manifest).map_err(|e| e.to_string())?;
+    std::fs::write(app.join("src").join("main.rs"), main).map_err(|e| e.to_string())?;
+    // `rustup run stable`: the toolchain a user has, not this workspace's pinned nightly; and
+    // nothing of the outer cargo's environment.
+    let mut command = Command::new("rustup");
+    command.current_dir(&app).args(["run", "stable", "cargo", "run", "--quiet"]);
+    for (name, _) in std::env::vars() {
+        let keep = name == "CARGO_HOME";
+        if !keep
+            && (name.starts_with("CARGO")
+                || name.starts_with("RUSTC")
+                || name.starts_with("RUSTUP_TOOLCHAIN"))
+        {
+            command.env_remove(name);
+        }
+    }
+    command.env_remove("RUSTFLAGS").env_remove("RUSTDOCFLAGS");
+    let result = run(&mut command);
+    let _ = std::fs::remove_dir_all(&base);
+    result
 }
 
 fn bench(root: &Path, args: &[String]) -> Result<(), String> {
@@ -158,18 +155,17 @@ fn bench(root: &Path, args: &[String]) -> Result<(), String> {
     run(&mut command)
 }
 
-/// The executables `cargo <subcommand> --no-run` built, from its JSON messages.
-fn built_executables(root: &Path, subcommand: &str) -> Result<Vec<PathBuf>, String> {
+/// The executables a cargo command built (`test --no-run`, `build --examples`), from its
+/// JSON messages.
+fn built_executables(root: &Path, args: &[&str]) -> Result<Vec<PathBuf>, String> {
     let output = cargo()
         .current_dir(root)
-        .args([subcommand, "--workspace", "--no-run", "--message-format=json"])
+        .args(args)
+        .arg("--message-format=json")
         .output()
-        .map_err(|e| format!("cannot run cargo {subcommand}: {e}"))?;
+        .map_err(|e| format!("cannot run cargo {args:?}: {e}"))?;
     if !output.status.success() {
-        return Err(format!(
-            "cargo {subcommand} --no-run failed:\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        ));
+        return Err(format!("cargo {args:?} failed:\n{}", String::from_utf8_lossy(&output.stderr)));
     }
     let mut executables = Vec::new();
     for line in String::from_utf8_lossy(&output.stdout).lines() {
@@ -187,15 +183,23 @@ fn bundle(root: &Path) -> Result<(), String> {
     let bundle = root.join(".bundle");
     let _ = std::fs::remove_dir_all(&bundle);
     std::fs::create_dir_all(bundle.join("bin")).map_err(|e| e.to_string())?;
-    let ptx = build_and_check_ptx(root)?;
     let mut names = Vec::new();
-    for (kind, subcommand) in [("test", "test"), ("bench", "bench")] {
-        for executable in built_executables(root, subcommand)? {
+    let builds: [(&str, &[&str]); 3] = [
+        ("test", &["test", "--workspace", "--no-run"]),
+        ("bench", &["bench", "--workspace", "--no-run"]),
+        ("example", &["build", "--release", "--examples"]),
+    ];
+    for (kind, args) in builds {
+        for executable in built_executables(root, args)? {
             let file_name = executable.file_name().unwrap().to_string_lossy().to_string();
             // cargo names binaries <target>-<hash>; keep the target name.
-            let target = file_name.rsplit_once('-').map_or(file_name.as_str(), |(name, _)| name).to_string();
+            let target = match kind {
+                "example" => file_name.clone(),
+                _ => file_name.rsplit_once('-').map_or(file_name.as_str(), |(name, _)| name).to_string(),
+            };
             let wanted = match kind {
                 "bench" => target == "selection",
+                "example" => true,
                 _ => target != "xtask",
             };
             if !wanted {
@@ -209,12 +213,9 @@ fn bundle(root: &Path) -> Result<(), String> {
             names.push(name);
         }
     }
-    for file in ptx {
-        std::fs::copy(&file, bundle.join(file.file_name().unwrap())).map_err(|e| e.to_string())?;
-    }
     let script = r#"#!/usr/bin/env bash
 # Runs the bundled test binaries on this machine's GPU; then, with "bench", the benchmarks.
-# Usage: .bundle/run.sh [tests] [sanitize] [bench]   (from the repository root)
+# Usage: .bundle/run.sh [tests] [sanitize] [examples] [bench]   (from the repository root)
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 export GPU_SELECT_BACKEND="${GPU_SELECT_BACKEND:-cuda}"
@@ -239,6 +240,11 @@ for step in "${@:-tests}"; do
         compute-sanitizer --tool "$tool" --error-exitcode 9 "$here"/bin/test-rows --test-threads=1 \
           ragged_rows_pad_what_they_lack many_ragged_rows_one_warp_each large_queues_and_k_beyond_them \
           radix_ragged_rows split_radix_row_f32 || status=1
+      done ;;
+    examples)
+      for e in "$here"/bin/example-*; do
+        echo "=== $(basename "$e")"
+        "$e" || status=1
       done ;;
     bench)
       "$here"/bin/bench-selection --bench || status=1 ;;

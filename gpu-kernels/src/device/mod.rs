@@ -70,16 +70,7 @@ macro_rules! __kernel_table {
         pub const PLAIN_KERNEL_NAMES: &[&str] = &[$(stringify!($plain_name)),*];
     };
     (@key $key:ident { $( $(#[$doc:meta])* $CONST:ident = $name:ident($params:ident) => $body:ident; )* }) => {
-        $(
-            #[cfg(target_arch = "nvptx64")]
-            #[unsafe(no_mangle)]
-            // The parameter struct is `#[repr(C)]`; tests/ptx_checks.rs checks that each
-            // entry's `.param` is exactly `size_of` the struct, so host and device agree.
-            #[allow(improper_gpu_kernel_arg)]
-            pub unsafe extern "gpu-kernel" fn ${concat($name, _, $key)}(params: $params<$key>) {
-                unsafe { $body::<$key>(params) }
-            }
-        )*
+        $( $crate::__keyed_entry!($name, $key, $params, $body); )*
         impl KernelKey for $key {
             $(
                 $(#[$doc])*
@@ -92,6 +83,34 @@ macro_rules! __kernel_table {
                 &[$(concat!(stringify!($name), "_", stringify!($key))),*];
         }
     };
+}
+
+/// One keyed entry point of [`__kernel_table`], `<name>_<key>`, on `nvptx64`.
+///
+/// Making the name takes `${concat}` (the nightly feature `macro_metavar_expr_concat`),
+/// which only the kernel build may use; the host build (stable Rust) needs no entry points,
+/// so there this macro expands to nothing and its nightly syntax is never parsed.
+#[cfg(target_arch = "nvptx64")]
+#[macro_export]
+#[doc(hidden)]
+macro_rules! __keyed_entry {
+    ($name:ident, $key:ident, $params:ident, $body:ident) => {
+        #[unsafe(no_mangle)]
+        // The parameter struct is `#[repr(C)]`; tests/ptx_checks.rs checks that each
+        // entry's `.param` is exactly `size_of` the struct, so host and device agree.
+        #[allow(improper_gpu_kernel_arg)]
+        pub unsafe extern "gpu-kernel" fn ${concat($name, _, $key)}(params: $params<$key>) {
+            unsafe { $body::<$key>(params) }
+        }
+    };
+}
+
+/// On the host, keyed rows have no entry point (see the `nvptx64` form).
+#[cfg(not(target_arch = "nvptx64"))]
+#[macro_export]
+#[doc(hidden)]
+macro_rules! __keyed_entry {
+    ($name:ident, $key:ident, $params:ident, $body:ident) => {};
 }
 
 /// Index of this thread within its block, x dimension. *Any thread.*
