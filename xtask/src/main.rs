@@ -191,6 +191,11 @@ fn bundle(root: &Path) -> Result<(), String> {
     ];
     for (kind, args) in builds {
         for executable in built_executables(root, args)? {
+            // `cargo test --no-run` builds the examples too, under the same names as tests
+            // (`rows`, `top_k`): only the examples' own build bundles them.
+            if (kind == "example") != executable.components().any(|part| part.as_os_str() == "examples") {
+                continue;
+            }
             let file_name = executable.file_name().unwrap().to_string_lossy().to_string();
             // cargo names binaries <target>-<hash>; keep the target name.
             let target = match kind {
