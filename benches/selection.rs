@@ -639,9 +639,78 @@ fn top_k_sweep(gpu: &Gpu) {
     println!("written: {}", path.display());
 }
 
+/// Median of `runs` host-clock timings of `call` followed by a wait for the GPU: the latency
+/// a caller sees, allocation and freeing included (CUDA events would miss host time spent
+/// in the driver while the GPU idles).
+fn wall_ms(gpu: &Gpu, runs: usize, mut call: impl FnMut() -> gpu_select::Result<()>) -> f64 {
+    for _ in 0..5 {
+        call().unwrap();
+        gpu.synchronize().unwrap();
+    }
+    let mut samples = Samples::default();
+    for _ in 0..runs {
+        let started = std::time::Instant::now();
+        call().unwrap();
+        gpu.synchronize().unwrap();
+        samples.0.push(started.elapsed().as_secs_f64() * 1e3);
+    }
+    samples.median()
+}
+
+/// The convenient calls (which allocate their workspace and outputs) against the forms
+/// that take the caller's (`_into`), same inputs, same process: the price of convenience.
+fn convenience(gpu: &Gpu) {
+    println!(
+        "\nconvenient call against the caller-workspace form (host clock + synchronize, median of 50 runs)"
+    );
+    println!("{:<44} {:>12} {:>12} {:>10} {:>12}", "case", "convenient", "workspace", "ratio", "difference");
+    let print = |name: &str, convenient: f64, into: f64| {
+        println!(
+            "{name:<44} {convenient:>9.4} ms {into:>9.4} ms {:>10.3} {:>9.1} us",
+            convenient / into,
+            (convenient - into) * 1e3
+        );
+    };
+    for log_n in [16u32, 20, 24, 28] {
+        let n = 1usize << log_n;
+        let data = gpu.upload(&uniform_f32(n, 5 + log_n as u64)).unwrap();
+        for k in [1usize, 32, 262_144].into_iter().filter(|&k| k <= n / 4) {
+            let options = TopKOptions::new(Order::Largest);
+            let bytes = gpu.top_k_workspace_bytes::<f32>(n, k, &options).unwrap();
+            let mut workspace = gpu.alloc_zeroed::<u8>(bytes).unwrap();
+            let mut out = TopK {
+                values: gpu.alloc_zeroed::<f32>(k).unwrap(),
+                indices: gpu.alloc_zeroed::<u64>(k).unwrap(),
+            };
+            let convenient = wall_ms(gpu, 50, || gpu.top_k(&data, k, Order::Largest).map(drop));
+            let into = wall_ms(gpu, 50, || gpu.top_k_into(&data, k, &options, &mut workspace, &mut out));
+            print(&format!("top_k n=2^{log_n} k={k}"), convenient, into);
+        }
+        for rank in [n / 2, n / 100] {
+            let options = SelectOptions::default();
+            let bytes = gpu.select_workspace_bytes::<f32>(n, &options).unwrap();
+            let mut workspace = gpu.alloc_zeroed::<u8>(bytes).unwrap();
+            let convenient = wall_ms(gpu, 50, || gpu.select(&data, rank).map(drop));
+            let into = wall_ms(gpu, 50, || gpu.select_into(&data, rank, &options, &mut workspace).map(drop));
+            print(&format!("select n=2^{log_n} rank={rank}"), convenient, into);
+        }
+    }
+    for (rows, cols, k) in [(16usize, 1024usize, 8usize), (10_000, 1000, 100), (64, 131_072, 50)] {
+        let matrix = gpu.upload(&uniform_f32(rows * cols, 17)).unwrap();
+        let (mut workspace, mut out) = rows_buffers::<f32>(gpu, (rows, cols, k), Order::Largest);
+        let convenient =
+            wall_ms(gpu, 50, || gpu.top_k_rows(&matrix, rows, cols, k, Order::Largest).map(drop));
+        let into = wall_ms(gpu, 50, || {
+            gpu.top_k_rows_into(&matrix, rows, cols, k, Order::Largest, &mut workspace, &mut out)
+        });
+        print(&format!("top_k_rows {rows}x{cols} k={k}"), convenient, into);
+    }
+}
+
 /// Which parts of the benchmark run: `GPU_SELECT_BENCH_SECTIONS` (a comma-separated list
-/// of `sizes` (sort, top-k, selection at 2^20, 2^24, 2^28), `rows`, `rows-sweep` and
-/// `topk-sweep`), all but the sweeps by default.
+/// of `sizes` (sort, top-k, selection at 2^20, 2^24, 2^28), `rows`, `convenience` (the
+/// convenient calls against the caller-workspace forms), `rows-sweep` and `topk-sweep`), all
+/// but the sweeps by default.
 fn section_enabled(section: &str) -> bool {
     if section.ends_with("-sweep") {
         return std::env::var("GPU_SELECT_BENCH_SECTIONS")
@@ -905,6 +974,9 @@ fn main() {
     }
     if section_enabled("rows") {
         bench_all_rows(&mut criterion, &gpu, &mut cases);
+    }
+    if section_enabled("convenience") {
+        convenience(&gpu);
     }
     if section_enabled("rows-sweep") {
         rows_sweep(&gpu);
