@@ -100,10 +100,9 @@ impl<T> Drop for DeviceBuffer<T> {
     fn drop(&mut self) {
         if let (Storage::Device(address), Backend::Cuda(device)) = (&self.storage, &*self.gpu.inner)
             && *address != 0
-            && device.make_current().is_ok()
         {
-            // A failure to free cannot be reported from drop; the context keeps running.
-            let _ = unsafe { sys::cuMemFree_v2(*address) };
+            // Stream-ordered: kernels queued before the drop still read and write it.
+            device.free(*address);
         }
     }
 }
@@ -117,42 +116,35 @@ impl<T> std::fmt::Debug for DeviceBuffer<T> {
 impl Gpu {
     /// Allocates `len` values, set to zero.
     ///
+    /// Allocations come from the handle's memory pool, in stream order: after work queued
+    /// before, and a dropped buffer's memory serves the next allocation at once.
+    ///
     /// Errors: [`Error::OutOfMemory`] when the device has too little free memory.
     pub fn alloc_zeroed<T: DeviceValue>(&self, len: usize) -> Result<DeviceBuffer<T>> {
+        self.alloc(len, true)
+    }
+
+    /// Allocates `len` values that the caller overwrites before reading: workspaces and
+    /// outputs, whose kernels clear what must start at zero. On the emulator the bytes are
+    /// poisoned (0xA5), so that a test that reads what nothing wrote fails there too.
+    pub(crate) fn alloc_uninit<T: DeviceValue>(&self, len: usize) -> Result<DeviceBuffer<T>> {
+        self.alloc(len, false)
+    }
+
+    fn alloc<T: DeviceValue>(&self, len: usize, zeroed: bool) -> Result<DeviceBuffer<T>> {
         let bytes = len
             .checked_mul(size_of::<T>())
             .ok_or_else(|| Error::invalid(format!("a buffer of {len} values overflows usize")))?;
         let storage = match &*self.inner {
             Backend::Cuda(device) => {
-                device.make_current()?;
-                let mut address = 0u64;
-                if bytes > 0 {
-                    unsafe {
-                        check_driver(
-                            sys::cuMemAlloc_v2(&mut address, bytes),
-                            "allocating device memory",
-                            bytes,
-                        )?;
-                        let cleared = check_driver(
-                            sys::cuMemsetD8_v2(address, 0, bytes),
-                            "clearing device memory",
-                            bytes,
-                        );
-                        if cleared.is_err() {
-                            // Not yet owned by a buffer: free it here, or it leaks.
-                            let _ = sys::cuMemFree_v2(address);
-                        }
-                        cleared?;
-                    }
-                }
-                Storage::Device(address)
+                Storage::Device(if bytes > 0 { device.allocate(bytes, zeroed)? } else { 0 })
             }
             Backend::Emulator(_) => {
                 let mut words = Vec::new();
                 words
                     .try_reserve_exact(bytes.div_ceil(16))
                     .map_err(|_| Error::OutOfMemory { requested_bytes: bytes })?;
-                words.resize(bytes.div_ceil(16), 0u128);
+                words.resize(bytes.div_ceil(16), if zeroed { 0 } else { u128::from_ne_bytes([0xA5; 16]) });
                 Storage::Host(words)
             }
         };
@@ -161,7 +153,7 @@ impl Gpu {
 
     /// Copies `values` to a new device buffer.
     pub fn upload<T: DeviceValue>(&self, values: &[T]) -> Result<DeviceBuffer<T>> {
-        let mut buffer = self.alloc_zeroed::<T>(values.len())?;
+        let mut buffer = self.alloc_uninit::<T>(values.len())?;
         self.copy_to_device(values, &mut buffer)?;
         Ok(buffer)
     }

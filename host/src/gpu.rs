@@ -77,6 +77,9 @@ pub(crate) struct CudaDevice {
     /// this process, as the CUDA runtime shares it).
     context: sys::CUcontext,
     stream: sys::CUstream,
+    /// The library's own stream-ordered memory pool, which keeps what is freed for the next
+    /// allocation (`None` where the driver has no memory pools: plain `cuMemAlloc` then).
+    pool: Option<sys::CUmemoryPool>,
     /// The module and the kernel handles looked up so far.
     kernels: Mutex<LoadedKernels>,
     limits: DeviceLimits,
@@ -103,6 +106,13 @@ impl Drop for CudaDevice {
         // Failures cannot be reported from drop; the process goes on either way.
         unsafe {
             if cu::ctx::set_current(self.context).is_ok() {
+                if !self.stream.is_null() {
+                    // Every buffer is gone (each holds the `Gpu`); let their frees complete.
+                    let _ = cu::stream::synchronize(self.stream);
+                }
+                if let Some(pool) = self.pool {
+                    let _ = cu::mem_pool::destroy(pool);
+                }
                 let kernels = self.kernels.get_mut().unwrap_or_else(|e| e.into_inner());
                 if let Some((module, _)) = kernels.module.take() {
                     let _ = cu::module::unload(module);
@@ -146,21 +156,32 @@ impl Gpu {
                 reason: "the CUDA driver library (libcuda.so) is not installed".to_string(),
             });
         }
-        let no_device = |e: DriverError| Error::NoDevice { reason: crate::error::describe_driver_error(e) };
-        cu::init().map_err(no_device)?;
-        let device = cu::device::get(ordinal as i32).map_err(no_device)?;
-        let limits = read_limits(device).map_err(no_device)?;
+        // Only the driver's "there is no such device" is `NoDevice`; anything else is a failure
+        // to report.
+        let no_device = |during: &'static str| {
+            move |e: DriverError| match e.0 {
+                sys::CUresult::CUDA_ERROR_NO_DEVICE | sys::CUresult::CUDA_ERROR_INVALID_DEVICE => {
+                    Error::NoDevice { reason: crate::error::describe_driver_error(e) }
+                }
+                _ => Error::driver(during, e, 0),
+            }
+        };
+        cu::init().map_err(no_device("initialising the CUDA driver"))?;
+        let device = cu::device::get(ordinal as i32).map_err(no_device("opening the device"))?;
+        let limits = read_limits(device).map_err(no_device("reading the device's attributes"))?;
         let image =
             KernelImage::for_device(limits.compute_capability).ok_or_else(|| Error::UnsupportedDevice {
                 name: limits.name.clone(),
                 compute_capability: limits.compute_capability,
             })?;
-        let context = unsafe { cu::primary_ctx::retain(device) }.map_err(no_device)?;
+        let context =
+            unsafe { cu::primary_ctx::retain(device) }.map_err(no_device("creating the device's context"))?;
         // From here on, `CudaDevice`'s drop releases what was made.
         let mut cuda = CudaDevice {
             device,
             context,
             stream: std::ptr::null_mut(),
+            pool: None,
             kernels: Mutex::default(),
             limits,
             image,
@@ -170,6 +191,7 @@ impl Gpu {
         // ordered with its kernels, so a kernel never reads memory still being written.
         cuda.stream = cu::stream::create(cu::stream::StreamKind::Default)
             .map_err(|e| Error::driver("creating a stream", e, 0))?;
+        cuda.pool = create_pool(device, ordinal)?;
         Ok(Self { inner: Arc::new(Backend::Cuda(cuda)) })
     }
 
@@ -189,12 +211,24 @@ impl Gpu {
     }
 
     /// The backend [`BACKEND_ENV`] asks for: `cuda` (an error when none opens), `emulator`,
-    /// or `auto`/unset (CUDA when a device opens, else the emulator).
+    /// or `auto`/unset: CUDA device 0, or the emulator where there is no CUDA device (no
+    /// driver, or a driver that sees no GPU), which it says once on stderr. Any other failure
+    /// to open a device (an unsupported GPU, a driver error) is returned, not hidden behind
+    /// the emulator.
     pub fn from_env() -> Result<Self> {
         match std::env::var(BACKEND_ENV).unwrap_or_default().to_ascii_lowercase().as_str() {
             "cuda" | "gpu" => Self::new(),
             "emulator" | "emu" => Ok(Self::emulator()),
-            "" | "auto" => Ok(Self::new().unwrap_or_else(|_| Self::emulator())),
+            "" | "auto" => match Self::new() {
+                Err(Error::NoDevice { reason }) => {
+                    static SAID: Once = Once::new();
+                    SAID.call_once(|| {
+                        eprintln!("gpu-select: no CUDA device ({reason}); running on the emulator");
+                    });
+                    Ok(Self::emulator())
+                }
+                opened => opened,
+            },
             other => {
                 Err(Error::invalid(format!("{BACKEND_ENV}={other}: expected `cuda`, `emulator` or `auto`")))
             }
@@ -342,6 +376,53 @@ impl Drop for Event {
 }
 
 impl CudaDevice {
+    /// `bytes` of device memory (not 0), queued on the stream: from the pool, where freed
+    /// memory is reused at once, else from `cuMemAlloc`. Set to zero when `zeroed`.
+    pub(crate) fn allocate(&self, bytes: usize, zeroed: bool) -> Result<u64> {
+        self.make_current()?;
+        let mut address = 0u64;
+        unsafe {
+            match self.pool {
+                Some(pool) => check_driver(
+                    sys::cuMemAllocFromPoolAsync(&mut address, bytes, pool, self.stream),
+                    "allocating device memory",
+                    bytes,
+                )?,
+                None => {
+                    check_driver(sys::cuMemAlloc_v2(&mut address, bytes), "allocating device memory", bytes)?
+                }
+            }
+            if zeroed {
+                let cleared = check_driver(
+                    sys::cuMemsetD8Async(address, 0, bytes, self.stream),
+                    "clearing device memory",
+                    bytes,
+                );
+                if cleared.is_err() {
+                    // Not yet owned by a buffer: free it here, or it leaks.
+                    self.free(address);
+                }
+                cleared?;
+            }
+        }
+        Ok(address)
+    }
+
+    /// Frees what [`CudaDevice::allocate`] returned, after the work queued so far: a buffer
+    /// may be dropped while kernels that use it are still queued.
+    pub(crate) fn free(&self, address: u64) {
+        if self.make_current().is_err() {
+            return;
+        }
+        // A failure to free cannot be reported (this runs in drop); the context goes on.
+        unsafe {
+            let _ = match self.pool {
+                Some(_) => sys::cuMemFreeAsync(address, self.stream),
+                None => sys::cuMemFree_v2(address),
+            };
+        }
+    }
+
     /// CUDA contexts are current per host thread; every entry point makes ours current.
     pub(crate) fn make_current(&self) -> Result<()> {
         unsafe { cu::ctx::set_current(self.context) }
@@ -424,6 +505,47 @@ impl CudaDevice {
             }
         }
     }
+}
+
+/// The library's memory pool on `device`, which keeps freed memory for reuse (release
+/// threshold: all of it), so that allocating a workspace per call costs microseconds; `None`
+/// where the device has no memory pools.
+fn create_pool(device: sys::CUdevice, ordinal: u32) -> Result<Option<sys::CUmemoryPool>> {
+    let supported = unsafe {
+        cu::device::get_attribute(device, sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED)
+    };
+    if supported.unwrap_or(0) == 0 {
+        return Ok(None);
+    }
+    let properties = sys::CUmemPoolProps {
+        allocType: sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
+        handleTypes: sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE,
+        location: sys::CUmemLocation {
+            type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+            id: ordinal as i32,
+        },
+        win32SecurityAttributes: std::ptr::null_mut(),
+        reserved: [0; 64],
+    };
+    let mut pool = std::ptr::null_mut();
+    unsafe {
+        check_driver(sys::cuMemPoolCreate(&mut pool, &properties), "creating a memory pool", 0)?;
+        let mut keep_everything = u64::MAX;
+        let kept = check_driver(
+            sys::cuMemPoolSetAttribute(
+                pool,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                (&mut keep_everything as *mut u64).cast(),
+            ),
+            "setting the memory pool's release threshold",
+            0,
+        );
+        if let Err(error) = kept {
+            let _ = cu::mem_pool::destroy(pool);
+            return Err(error);
+        }
+    }
+    Ok(Some(pool))
 }
 
 /// Says, once per process, that the driver is compiling the kernels: on a fresh machine that

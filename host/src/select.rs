@@ -387,7 +387,7 @@ impl Gpu {
         options: &SelectOptions,
     ) -> Result<K> {
         let bytes = self.select_workspace_bytes::<K>(data.len(), options)?;
-        let mut workspace = self.alloc_zeroed::<u8>(bytes)?;
+        let mut workspace = self.alloc_uninit::<u8>(bytes)?;
         self.select_into(data, k, options, &mut workspace)
     }
 
@@ -453,7 +453,7 @@ impl Gpu {
         options: &SelectOptions,
     ) -> Result<ApproxSelection<K>> {
         let bytes = self.select_approx_workspace_bytes::<K>(data.len(), buckets, options)?;
-        let mut workspace = self.alloc_zeroed::<u8>(bytes)?;
+        let mut workspace = self.alloc_uninit::<u8>(bytes)?;
         self.select_approx_into(data, k, buckets, options, &mut workspace)
     }
 

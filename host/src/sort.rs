@@ -53,8 +53,8 @@ impl Gpu {
         order: Order,
     ) -> Result<SortedSegments<K>> {
         let mut sorted = SortedSegments {
-            keys: self.alloc_zeroed::<K>(keys.len())?,
-            indices: self.alloc_zeroed::<u64>(keys.len())?,
+            keys: self.alloc_uninit::<K>(keys.len())?,
+            indices: self.alloc_uninit::<u64>(keys.len())?,
         };
         self.sort_segments_into(keys, segment_len, order, &mut sorted)?;
         Ok(sorted)

@@ -114,8 +114,8 @@ impl Gpu {
         fusion: &TopKFusion<'_, K>,
     ) -> Result<TopK<K>> {
         let bytes = self.top_k_fused_workspace_bytes::<K>(data.len(), k, options)?;
-        let mut workspace = self.alloc_zeroed::<u8>(bytes)?;
-        let mut out = TopK { values: self.alloc_zeroed::<K>(k)?, indices: self.alloc_zeroed::<u64>(k)? };
+        let mut workspace = self.alloc_uninit::<u8>(bytes)?;
+        let mut out = TopK { values: self.alloc_uninit::<K>(k)?, indices: self.alloc_uninit::<u64>(k)? };
         self.top_k_fused_into(data, k, options, fusion, &mut workspace, &mut out)?;
         Ok(out)
     }

@@ -277,8 +277,10 @@ impl Gpu {
         options: &TopKOptions,
     ) -> Result<TopK<K>> {
         let bytes = self.top_k_workspace_bytes::<K>(data.len(), k, options)?;
-        let mut workspace = self.alloc_zeroed::<u8>(bytes)?;
-        let mut out = TopK { values: self.alloc_zeroed::<K>(k)?, indices: self.alloc_zeroed::<u64>(k)? };
+        // Nothing zeroed: the run clears what its kernels count into, and writes every output.
+        // The workspace goes back to the pool in stream order, after the kernels.
+        let mut workspace = self.alloc_uninit::<u8>(bytes)?;
+        let mut out = TopK { values: self.alloc_uninit::<K>(k)?, indices: self.alloc_uninit::<u64>(k)? };
         self.top_k_into(data, k, options, &mut workspace, &mut out)?;
         Ok(out)
     }

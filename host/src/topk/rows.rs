@@ -184,15 +184,13 @@ impl Gpu {
     ) -> Result<TopK<K>> {
         let shape = self.dense_input(data, rows, cols, k)?;
         let bytes = self.rows_workspace_bytes::<K>(shape, k, order, algorithm)?;
-        let mut workspace = self.alloc_zeroed::<u8>(bytes)?;
+        // Every byte of the workspace the kernels read, they or the run clear first; the
+        // outputs are written whole. The workspace is freed in stream order on return.
+        let mut workspace = self.alloc_uninit::<u8>(bytes)?;
         let total = rows * k; // checked by dense_shape
         let mut out =
-            TopK { values: self.alloc_zeroed::<K>(total)?, indices: self.alloc_zeroed::<u64>(total)? };
+            TopK { values: self.alloc_uninit::<K>(total)?, indices: self.alloc_uninit::<u64>(total)? };
         self.select_rows(data, shape, k, order, algorithm, &mut workspace, &mut out)?;
-        if bytes > 0 {
-            // The workspace is freed on drop; wait for the kernels that use it.
-            self.synchronize()?;
-        }
         Ok(out)
     }
 
@@ -376,12 +374,11 @@ impl Gpu {
             .checked_mul(k)
             .ok_or_else(|| Error::invalid(format!("{rows} rows × k = {k} overflow usize")))?;
         let bytes = self.rows_workspace_bytes::<K>(shape, k, order, algorithm)?;
-        let mut workspace = self.alloc_zeroed::<u8>(bytes)?;
+        // As in `top_k_rows_with`: nothing to clear, freed in stream order.
+        let mut workspace = self.alloc_uninit::<u8>(bytes)?;
         let mut out =
-            TopK { values: self.alloc_zeroed::<K>(total)?, indices: self.alloc_zeroed::<u64>(total)? };
+            TopK { values: self.alloc_uninit::<K>(total)?, indices: self.alloc_uninit::<u64>(total)? };
         self.select_rows(data, shape, k, order, algorithm, &mut workspace, &mut out)?;
-        // The workspace (and the padding of long k) is freed on drop; wait for its readers.
-        self.synchronize()?;
         Ok(out)
     }
 
