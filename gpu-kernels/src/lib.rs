@@ -1,7 +1,8 @@
 //! GPU selection kernels, written once in Rust and built two ways.
 //!
 //! 1. For `nvptx64-nvidia-cuda` into PTX (`cargo xtask build-ptx`): the product, which the
-//!    host crate `gpu-select` embeds and launches through `cust`.
+//!    host crate `gpu-select` embeds (prebuilt, with `ptxas`'s machine code beside it) and
+//!    launches through the CUDA driver API.
 //! 2. For the host: everything the host and the device must agree on (launch parameters,
 //!    key encodings, shared-memory layouts) and an emulator that runs the *same* kernel
 //!    functions on CPU threads, so the test suite exercises real kernel code without a GPU.

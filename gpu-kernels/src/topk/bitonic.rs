@@ -440,7 +440,7 @@ unsafe fn write_result<K: Key>(params: &TopKParams<K>, out: u64, position: u32) 
 /// [`TOPK_THREADS`] threads, [`TopKLayout::bytes`] of shared memory, `len < 2^32`,
 /// `1 ≤ k ≤ 32·Q`, outputs of `grid.x · k`.
 // Always inlined into its entry point: left to the inliner (with the unroll threshold of
-// host/build_ptx.rs) the 64-bit Q8 body became a call taking its parameters through local memory.
+// xtask/src/kernels.rs) the 64-bit Q8 body became a call taking its parameters through local memory.
 #[inline(always)]
 pub unsafe fn reduce<K: Key, const Q: usize>(params: TopKParams<K>) {
     let params = unsafe { counted_inputs(params) };
