@@ -11,8 +11,8 @@
 //!    `ptxas -v` report of each cubin beside it (registers, stack, spills per kernel: read
 //!    by `tests/ptx_checks.rs`) and `BUILD_INFO` naming the tools that made them.
 //!
-//! The compression is not part of what must match: [`check`] compares the decompressed
-//! contents with a fresh build, and [`write`] rewrites only the files whose contents changed,
+//! The compression is not part of what must match: [`check()`] compares the decompressed
+//! contents with a fresh build, and [`write()`] rewrites only the files whose contents changed,
 //! so a newer zstd never makes a diff.
 
 use std::path::{Path, PathBuf};
