@@ -173,6 +173,33 @@ fn per_thread_heaps_for_every_reduction_kernel_and_64_bit_keys() {
     }
 }
 
+/// One `Gpu` shared by threads: it must be `Send + Sync` by design, not by accident.
+const _: () = {
+    const fn shareable<T: Send + Sync>() {}
+    shareable::<Gpu>();
+};
+
+#[test]
+fn one_kernel_launched_from_two_threads_with_different_shared_memory() {
+    // The per-thread heap's kernel at k = 32 and at k = 512 asks for different amounts of
+    // dynamic shared memory (both above the 48 KB default): each launch must find its
+    // kernel allowed what it asks, whatever the other thread launched just before.
+    let gpu = common::gpu();
+    let rounds = if common::on_emulator(&gpu) { 2 } else { 200 };
+    std::thread::scope(|scope| {
+        for k in [32usize, 512] {
+            let gpu = gpu.clone();
+            scope.spawn(move || {
+                let options = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::PerThreadHeap);
+                for round in 0..rounds {
+                    let data = generate::<f32>(5000, Distribution::Uniform, (k + round) as u64);
+                    check(&gpu, &data, k, options, &format!("heap k={k} round {round}"));
+                }
+            });
+        }
+    });
+}
+
 #[test]
 fn radix_and_sample_select_take_any_k() {
     // k past the bitonic limit and up to n, unsorted; radix's buffers (n/32) are exceeded

@@ -168,51 +168,26 @@ impl Gpu {
                 actual: values.len(),
             });
         }
-        let bytes = buffer.bytes();
-        match (&mut buffer.storage, &*self.inner) {
-            (Storage::Device(address), Backend::Cuda(device)) => {
-                if bytes > 0 {
-                    device.make_current()?;
-                    // Queued work may still read the buffer: wait for it first.
-                    self.synchronize()?;
-                    unsafe {
-                        check_driver(
-                            sys::cuMemcpyHtoD_v2(*address, values.as_ptr().cast(), bytes),
-                            "copying to the device",
-                            bytes,
-                        )?;
-                    }
-                }
-            }
-            (Storage::Host(words), _) => unsafe {
-                std::ptr::copy_nonoverlapping(
-                    values.as_ptr().cast::<u8>(),
-                    words.as_mut_ptr().cast::<u8>(),
-                    bytes,
-                );
-            },
-            (Storage::Borrowed(address), _) => {
-                let (address, source) = (*address, values.as_ptr().cast::<u8>());
-                self.synchronize()?;
-                self.raw_memory_op(
-                    bytes,
-                    "copying to the device",
-                    || unsafe { sys::cuMemcpyHtoD_v2(address, source.cast(), bytes) },
-                    || unsafe { std::ptr::copy_nonoverlapping(source, address as usize as *mut u8, bytes) },
-                )?;
-            }
-            (Storage::Device(_), Backend::Emulator(_)) => unreachable!("checked by check_gpu"),
-        }
-        Ok(())
+        // On the handle's stream, after the work queued before (which may still read the
+        // buffer); waited for, so that the caller may reuse `values` at once.
+        let (address, source, bytes) =
+            (buffer.global_ptr().address(), values.as_ptr().cast::<u8>(), buffer.bytes());
+        self.raw_memory_op(
+            bytes,
+            "copying to the device",
+            |stream| unsafe { sys::cuMemcpyHtoDAsync_v2(address, source.cast(), bytes, stream) },
+            || unsafe { std::ptr::copy_nonoverlapping(source, address as usize as *mut u8, bytes) },
+        )?;
+        self.synchronize()
     }
 
     /// Copies `bytes` bytes between two device addresses of this `Gpu` (queued after earlier
-    /// work). The caller guarantees both ranges lie inside live buffers.
+    /// work, not waited for). The caller guarantees both ranges lie inside live buffers.
     pub(crate) fn copy_on_device(&self, from: u64, to: u64, bytes: usize) -> Result<()> {
         self.raw_memory_op(
             bytes,
             "copying on the device",
-            || unsafe { sys::cuMemcpyDtoD_v2(to, from, bytes) },
+            |stream| unsafe { sys::cuMemcpyDtoDAsync_v2(to, from, bytes, stream) },
             || unsafe { std::ptr::copy(from as usize as *const u8, to as usize as *mut u8, bytes) },
         )
     }
@@ -223,7 +198,7 @@ impl Gpu {
         self.raw_memory_op(
             bytes,
             "clearing device memory",
-            || unsafe { sys::cuMemsetD8_v2(address, 0, bytes) },
+            |stream| unsafe { sys::cuMemsetD8Async(address, 0, bytes, stream) },
             || unsafe { std::ptr::write_bytes(address as usize as *mut u8, 0, bytes) },
         )
     }
@@ -233,23 +208,25 @@ impl Gpu {
     /// inside a live buffer.
     pub(crate) fn copy_from_address<T: DeviceValue>(&self, address: u64, values: &mut [T]) -> Result<()> {
         let bytes = std::mem::size_of_val(values);
-        self.synchronize()?;
         let destination = values.as_mut_ptr().cast::<u8>();
         self.raw_memory_op(
             bytes,
             "copying from the device",
-            || unsafe { sys::cuMemcpyDtoH_v2(destination.cast(), address, bytes) },
+            |stream| unsafe { sys::cuMemcpyDtoHAsync_v2(destination.cast(), address, bytes, stream) },
             || unsafe { std::ptr::copy_nonoverlapping(address as usize as *const u8, destination, bytes) },
-        )
+        )?;
+        self.synchronize()
     }
 
     /// One memory operation on raw addresses of `bytes` bytes (nothing when 0): the driver
-    /// call on a GPU, its CPU equivalent on the emulator.
+    /// call, queued on the handle's stream, on a GPU; its CPU equivalent on the emulator.
+    /// Nothing goes through the legacy default stream, so the library's work never waits for
+    /// another library's, nor theirs for it.
     fn raw_memory_op(
         &self,
         bytes: usize,
         what: &'static str,
-        cuda: impl FnOnce() -> sys::CUresult,
+        cuda: impl FnOnce(sys::CUstream) -> sys::CUresult,
         emulate: impl FnOnce(),
     ) -> Result<()> {
         if bytes == 0 {
@@ -258,7 +235,7 @@ impl Gpu {
         match &*self.inner {
             Backend::Cuda(device) => {
                 device.make_current()?;
-                check_driver(cuda(), what, bytes)
+                check_driver(cuda(device.stream()), what, bytes)
             }
             Backend::Emulator(_) => {
                 emulate();

@@ -93,7 +93,8 @@ pub(crate) struct CudaDevice {
 #[derive(Default)]
 struct LoadedKernels {
     module: Option<(sys::CUmodule, KernelImage)>,
-    functions: HashMap<&'static str, sys::CUfunction>,
+    /// Each kernel's handle and the dynamic shared memory it is allowed so far.
+    functions: HashMap<&'static str, (sys::CUfunction, usize)>,
 }
 
 // The driver API is thread-safe and its handles may be used from any thread once the context
@@ -187,9 +188,10 @@ impl Gpu {
             image,
         };
         cuda.make_current()?;
-        // A blocking stream: the synchronous copies and memsets (legacy default stream) are
-        // ordered with its kernels, so a kernel never reads memory still being written.
-        cuda.stream = cu::stream::create(cu::stream::StreamKind::Default)
+        // Non-blocking: every copy, memset, allocation and kernel of the handle is queued on
+        // this one stream (ordered among themselves), and none waits for work other libraries
+        // queue on the legacy default stream.
+        cuda.stream = cu::stream::create(cu::stream::StreamKind::NonBlocking)
             .map_err(|e| Error::driver("creating a stream", e, 0))?;
         cuda.pool = create_pool(device, ordinal)?;
         Ok(Self { inner: Arc::new(Backend::Cuda(cuda)) })
@@ -423,6 +425,11 @@ impl CudaDevice {
         }
     }
 
+    /// The stream every operation of the handle is queued on.
+    pub(crate) fn stream(&self) -> sys::CUstream {
+        self.stream
+    }
+
     /// CUDA contexts are current per host thread; every entry point makes ours current.
     pub(crate) fn make_current(&self) -> Result<()> {
         unsafe { cu::ctx::set_current(self.context) }
@@ -431,17 +438,7 @@ impl CudaDevice {
 
     fn launch<P>(&self, kernel: KernelId<P>, shape: LaunchShape, mut params: P) -> Result<()> {
         self.make_current()?;
-        let function = self.function(kernel.name)?;
-        if shape.shared_bytes > DEFAULT_SHARED_LIMIT {
-            let result = unsafe {
-                sys::cuFuncSetAttribute(
-                    function,
-                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    shape.shared_bytes as i32,
-                )
-            };
-            check_driver(result, &format!("raising the shared-memory limit of {}", kernel.name), 0)?;
-        }
+        let function = self.function(kernel.name, shape.shared_bytes)?;
         // The kernel takes its `#[repr(C)]` parameter struct by value: one argument.
         let mut arguments = [&mut params as *mut P as *mut c_void];
         let result = unsafe {
@@ -462,24 +459,43 @@ impl CudaDevice {
         check_driver(result, &format!("launching {}", kernel.name), 0)
     }
 
-    /// The kernel's handle: the module is loaded by the first call, each name looked up once.
-    fn function(&self, name: &'static str) -> Result<sys::CUfunction> {
+    /// The kernel's handle, allowed at least `shared_bytes` of dynamic shared memory: the
+    /// module is loaded by the first call, each name looked up once, and the limit only ever
+    /// raised. (Set per launch, one thread could lower it under another's larger launch of
+    /// the same kernel; it is a bound, not an allocation, so a high one costs nothing.)
+    fn function(&self, name: &'static str, shared_bytes: usize) -> Result<sys::CUfunction> {
         let mut kernels = self.kernels.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(&function) = kernels.functions.get(name) {
-            return Ok(function);
-        }
-        let module = match kernels.module {
-            Some((module, _)) => module,
+        let (function, allowed) = match kernels.functions.get(name) {
+            Some(&known) => known,
             None => {
-                let loaded = self.load_kernels()?;
-                kernels.module = Some(loaded);
-                loaded.0
+                let module = match kernels.module {
+                    Some((module, _)) => module,
+                    None => {
+                        let loaded = self.load_kernels()?;
+                        kernels.module = Some(loaded);
+                        loaded.0
+                    }
+                };
+                let symbol = CString::new(name).expect("kernel names hold no NUL");
+                let function = unsafe { cu::module::get_function(module, symbol) }
+                    .map_err(|e| Error::driver(format!("looking up kernel {name}"), e, 0))?;
+                (function, DEFAULT_SHARED_LIMIT)
             }
         };
-        let symbol = CString::new(name).expect("kernel names hold no NUL");
-        let function = unsafe { cu::module::get_function(module, symbol) }
-            .map_err(|e| Error::driver(format!("looking up kernel {name}"), e, 0))?;
-        kernels.functions.insert(name, function);
+        let allowed = if shared_bytes > allowed {
+            let result = unsafe {
+                sys::cuFuncSetAttribute(
+                    function,
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    shared_bytes as i32,
+                )
+            };
+            check_driver(result, &format!("raising the shared-memory limit of {name}"), 0)?;
+            shared_bytes
+        } else {
+            allowed
+        };
+        kernels.functions.insert(name, (function, allowed));
         Ok(function)
     }
 
