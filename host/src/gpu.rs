@@ -49,8 +49,10 @@ pub struct DeviceLimits {
     pub peak_bandwidth_bytes_per_s: f64,
 }
 
-/// A handle on where kernels run: one CUDA device (its primary context, the embedded PTX
-/// module and one stream) or the emulator. Cheap to clone; buffers keep it alive.
+/// A handle on where kernels run: one CUDA device (its primary context; one non-blocking
+/// stream on which every copy, allocation and kernel of the handle is queued; a memory pool
+/// that keeps freed buffers for reuse; the kernels, loaded at the first launch) or the
+/// emulator. Cheap to clone, `Send + Sync`; buffers keep it alive.
 ///
 /// ```
 /// use gpu_select::{BackendKind, Gpu};
