@@ -136,8 +136,15 @@ impl Gpu {
             .checked_mul(size_of::<T>())
             .ok_or_else(|| Error::invalid(format!("a buffer of {len} values overflows usize")))?;
         let storage = match &*self.inner {
+            Backend::Cuda(_) if bytes == 0 => Storage::Device(0),
             Backend::Cuda(device) => {
-                Storage::Device(if bytes > 0 { device.allocate(bytes, zeroed)? } else { 0 })
+                let address = device.allocate(bytes)?;
+                if zeroed && let Err(error) = self.clear_on_device(address, bytes) {
+                    // Not yet owned by a buffer: free it here, or it leaks.
+                    device.free(address);
+                    return Err(error);
+                }
+                Storage::Device(address)
             }
             Backend::Emulator(_) => {
                 let mut words = Vec::new();

@@ -71,8 +71,8 @@ pub(crate) enum Backend {
     Emulator(DeviceLimits),
 }
 
-/// One CUDA device: its primary context, one stream, and the kernels, loaded at the first
-/// launch. The driver's handles are raw pointers; [`Drop`] releases them in order.
+/// One CUDA device: its primary context, one stream, a memory pool, and the kernels, loaded
+/// at the first launch. The driver's handles are raw pointers; [`Drop`] releases them in order.
 pub(crate) struct CudaDevice {
     device: sys::CUdevice,
     /// The device's primary context (retained; shared with every other user of the device in
@@ -381,34 +381,18 @@ impl Drop for Event {
 
 impl CudaDevice {
     /// `bytes` of device memory (not 0), queued on the stream: from the pool, where freed
-    /// memory is reused at once, else from `cuMemAlloc`. Set to zero when `zeroed`.
-    pub(crate) fn allocate(&self, bytes: usize, zeroed: bool) -> Result<u64> {
+    /// memory is reused at once, else from `cuMemAlloc`. Not cleared (`Gpu::alloc_zeroed`
+    /// clears).
+    pub(crate) fn allocate(&self, bytes: usize) -> Result<u64> {
         self.make_current()?;
         let mut address = 0u64;
-        unsafe {
+        let result = unsafe {
             match self.pool {
-                Some(pool) => check_driver(
-                    sys::cuMemAllocFromPoolAsync(&mut address, bytes, pool, self.stream),
-                    "allocating device memory",
-                    bytes,
-                )?,
-                None => {
-                    check_driver(sys::cuMemAlloc_v2(&mut address, bytes), "allocating device memory", bytes)?
-                }
+                Some(pool) => sys::cuMemAllocFromPoolAsync(&mut address, bytes, pool, self.stream),
+                None => sys::cuMemAlloc_v2(&mut address, bytes),
             }
-            if zeroed {
-                let cleared = check_driver(
-                    sys::cuMemsetD8Async(address, 0, bytes, self.stream),
-                    "clearing device memory",
-                    bytes,
-                );
-                if cleared.is_err() {
-                    // Not yet owned by a buffer: free it here, or it leaks.
-                    self.free(address);
-                }
-                cleared?;
-            }
-        }
+        };
+        check_driver(result, "allocating device memory", bytes)?;
         Ok(address)
     }
 
