@@ -11,7 +11,8 @@ use std::time::Duration;
 use criterion::{BenchmarkId, Criterion, Throughput};
 use gpu_select::{
     Algorithm, BackendKind, DeviceBuffer, Gpu, InputFilter, KeyTransform, Order, RowsAlgorithm,
-    SampleSelectPolicy, SelectAlgorithm, SelectKey, SelectOptions, TopK, TopKFusion, TopKOptions,
+    RowsKernelFamily, SampleSelectPolicy, SelectAlgorithm, SelectKey, SelectOptions, TopK, TopKFusion,
+    TopKOptions, Tuning,
 };
 
 /// One measured case of the summary.
@@ -843,13 +844,53 @@ fn emulator_demo(reason: &str) {
     );
 }
 
+/// The tuning this run measures: the library's values, with the sweeps' overrides from the
+/// environment (the benchmark reads these variables; the library reads none):
+/// `GPU_SELECT_TOPK_BLOCKS_PER_SM`, `GPU_SELECT_TOPK_TILES_PER_BLOCK_LATER`,
+/// `GPU_SELECT_BITONIC_TIGHT_BOUND=0`, `GPU_SELECT_ROWS_ALGORITHM` (`warp-select`,
+/// `radix-select`: what `RowsAlgorithm::Auto` runs), `GPU_SELECT_ROWS_WARPS_PER_ROW` (`1`
+/// or `4`) and `GPU_SELECT_ROWS_RADIX_PARTS`.
+fn tuning_from_env(gpu: &Gpu) -> Tuning {
+    fn number<T: std::str::FromStr>(name: &str) -> Option<T> {
+        std::env::var(name).ok().map(|v| v.parse().unwrap_or_else(|_| panic!("{name}={v}: not a number")))
+    }
+    let mut tuning = *gpu.tuning();
+    if let Some(blocks) = number("GPU_SELECT_TOPK_BLOCKS_PER_SM") {
+        tuning.top_k_blocks_per_sm = blocks;
+    }
+    if let Some(tiles) = number("GPU_SELECT_TOPK_TILES_PER_BLOCK_LATER") {
+        tuning.top_k_tiles_per_block_later = tiles;
+    }
+    if let Ok(tight) = std::env::var("GPU_SELECT_BITONIC_TIGHT_BOUND") {
+        tuning.bitonic_tight_bound = tight != "0";
+    }
+    tuning.rows_auto_kernel = match std::env::var("GPU_SELECT_ROWS_ALGORITHM").as_deref() {
+        Ok("warp-select") => Some(RowsKernelFamily::WarpSelect),
+        Ok("radix-select") => Some(RowsKernelFamily::RadixSelect),
+        Ok(other) => panic!("GPU_SELECT_ROWS_ALGORITHM={other}: expected warp-select or radix-select"),
+        Err(_) => None,
+    };
+    tuning.rows_warp_per_row = match std::env::var("GPU_SELECT_ROWS_WARPS_PER_ROW").as_deref() {
+        Ok("1") => Some(true),
+        Ok("4") => Some(false),
+        Ok(other) => panic!("GPU_SELECT_ROWS_WARPS_PER_ROW={other}: expected 1 or 4"),
+        Err(_) => None,
+    };
+    tuning.rows_radix_parts = number("GPU_SELECT_ROWS_RADIX_PARTS");
+    tuning
+}
+
 fn main() {
     let gpu = match Gpu::new() {
         Ok(gpu) => gpu,
         Err(error) => return emulator_demo(&error.to_string()),
     };
+    let gpu = gpu.with_tuning(tuning_from_env(&gpu));
     assert_eq!(gpu.backend(), BackendKind::Cuda);
     println!("benchmarking on {}", gpu.describe());
+    if gpu.tuning() != &Tuning::for_device(gpu.limits()) {
+        println!("tuning (from the environment): {:?}", gpu.tuning());
+    }
     let mut criterion = Criterion::default()
         .warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_secs(1))

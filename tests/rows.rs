@@ -444,8 +444,9 @@ fn bad_input_gives_clear_errors() {
     let gpu = common::gpu();
     let data = gpu.upload(&[1.0f32; 12]).unwrap();
     let invalid = |result: Result<_, Error>| matches!(result, Err(Error::InvalidArgument { .. }));
-    assert!(invalid(gpu.top_k_rows(&data, 3, 4, 0, Order::Smallest)));
-    assert!(invalid(gpu.top_k_rows(&data, 3, 4, 5, Order::Smallest)));
+    let k_out_of_range = |result: Result<_, Error>| matches!(result, Err(Error::KOutOfRange { .. }));
+    assert!(k_out_of_range(gpu.top_k_rows(&data, 3, 4, 0, Order::Smallest)));
+    assert!(k_out_of_range(gpu.top_k_rows(&data, 3, 4, 5, Order::Smallest)));
     assert!(matches!(gpu.top_k_rows(&data, 0, 4, 1, Order::Smallest), Err(Error::EmptyInput)));
     assert!(matches!(gpu.top_k_rows(&data, 3, 0, 1, Order::Smallest), Err(Error::EmptyInput)));
     assert!(matches!(gpu.top_k_rows(&data, 4, 4, 1, Order::Smallest), Err(Error::LengthMismatch { .. })));
@@ -461,7 +462,7 @@ fn bad_input_gives_clear_errors() {
     ));
     assert!(invalid(gpu.top_k_rows_ragged(&data, &offsets(&[0, 5, 3]), 1, Order::Smallest)));
     assert!(invalid(gpu.top_k_rows_ragged(&data, &offsets(&[0, 5, 13]), 1, Order::Smallest)));
-    assert!(invalid(gpu.top_k_rows_ragged(&data, &offsets(&[0, 12]), 0, Order::Smallest)));
+    assert!(k_out_of_range(gpu.top_k_rows_ragged(&data, &offsets(&[0, 12]), 0, Order::Smallest)));
 }
 
 /// The workspace form: sized by the query, reused across calls of different shapes, and
@@ -505,7 +506,10 @@ fn caller_workspace_and_outputs() {
         indices: gpu.alloc_zeroed::<u64>(40).unwrap(),
     };
     let mismatch = |result: Result<(), Error>| matches!(result, Err(Error::LengthMismatch { .. }));
-    assert!(mismatch(gpu.top_k_rows_into(&matrix, 1, 40_000, 40, Order::Smallest, &mut short, &mut out)));
+    assert!(matches!(
+        gpu.top_k_rows_into(&matrix, 1, 40_000, 40, Order::Smallest, &mut short, &mut out),
+        Err(Error::WorkspaceTooSmall { needed: n, given: g }) if n == needed && g == needed - 1
+    ));
     let mut wrong = gpu_select::TopK {
         values: gpu.alloc_zeroed::<f32>(40).unwrap(),
         indices: gpu.alloc_zeroed::<u64>(39).unwrap(),

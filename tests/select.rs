@@ -319,7 +319,7 @@ fn workspace_is_sized_checked_and_reused() {
     let mut small = gpu.alloc_zeroed::<u8>(bytes - 1).unwrap();
     assert!(matches!(
         gpu.select_into(&device_data, 5, &options, &mut small),
-        Err(Error::LengthMismatch { .. })
+        Err(Error::WorkspaceTooSmall { .. })
     ));
 
     // Approximate selection's workspace: no oracles or buffers, reused across ranks (the
@@ -337,7 +337,7 @@ fn workspace_is_sized_checked_and_reused() {
     let mut small = gpu.alloc_zeroed::<u8>(bytes - 1).unwrap();
     assert!(matches!(
         gpu.select_approx_into(&device_data, 5, buckets, &options, &mut small),
-        Err(Error::LengthMismatch { .. })
+        Err(Error::WorkspaceTooSmall { .. })
     ));
 }
 
@@ -348,7 +348,7 @@ fn bad_input_gives_clear_errors() {
     assert!(matches!(gpu.select(&empty, 0), Err(Error::EmptyInput)));
     assert!(matches!(gpu.select_approx(&empty, 0, 16), Err(Error::EmptyInput)));
     let data = gpu.upload(&[1.0f32, 2.0, 3.0]).unwrap();
-    assert!(matches!(gpu.select(&data, 3), Err(Error::InvalidArgument { .. })));
+    assert!(matches!(gpu.select(&data, 3), Err(Error::KOutOfRange { k: 3, min: 0, max: 2, .. })));
     for buckets in [0, 1, 3, 2048] {
         assert!(
             matches!(gpu.select_approx(&data, 1, buckets), Err(Error::InvalidArgument { .. })),

@@ -451,7 +451,7 @@ fn caller_workspace_is_reused_and_checked() {
     if bytes > 0 {
         let mut small = gpu.alloc_zeroed::<u8>(bytes - 1).unwrap();
         let error = gpu.top_k_into(&device_data, 50, &options, &mut small, &mut out).unwrap_err();
-        assert!(matches!(error, Error::LengthMismatch { .. }), "{error}");
+        assert!(matches!(error, Error::WorkspaceTooSmall { .. }), "{error}");
     }
     let mut wrong_out =
         gpu_select::TopK { values: gpu.alloc_zeroed(49).unwrap(), indices: gpu.alloc_zeroed(50).unwrap() };
@@ -479,7 +479,7 @@ fn block_sort_path_works_in_the_caller_workspace_alone() {
     let mut small = gpu.alloc_zeroed::<u8>(bytes - 1).unwrap();
     assert!(matches!(
         gpu.top_k_into(&device_data, 10, &options, &mut small, &mut out),
-        Err(Error::LengthMismatch { .. })
+        Err(Error::WorkspaceTooSmall { .. })
     ));
 }
 
@@ -489,7 +489,12 @@ fn bad_input_gives_clear_errors() {
     let data = gpu.upload(&[3u32, 1, 2]).unwrap();
     let message = |result: gpu_select::Result<gpu_select::TopK<u32>>| result.unwrap_err().to_string();
     assert!(message(gpu.top_k(&data, 0, Order::Largest)).contains("k = 0"));
-    assert!(message(gpu.top_k(&data, 4, Order::Largest)).contains("larger than the input"));
+    assert!(message(gpu.top_k(&data, 4, Order::Largest)).contains("the input has 3 keys"));
+    assert!(matches!(
+        gpu.top_k(&data, 4, Order::Largest),
+        Err(Error::KOutOfRange { k: 4, min: 1, max: 3, .. })
+    ));
+    assert!(matches!(gpu.top_k(&data, 0, Order::Largest), Err(Error::KOutOfRange { k: 0, .. })));
     assert_eq!(
         gpu.top_k(&gpu.upload::<u32>(&[]).unwrap(), 1, Order::Largest).unwrap_err(),
         Error::EmptyInput
@@ -655,7 +660,10 @@ fn fused_top_k_rejects_what_it_cannot_do() {
     );
     let mut small = gpu.alloc_zeroed::<u8>(bytes - 1).unwrap();
     let error = gpu.top_k_fused_into(&data, 5, &options, &magnitude, &mut small, &mut out).unwrap_err();
-    assert!(matches!(error, Error::LengthMismatch { .. }), "{error}");
+    assert!(
+        matches!(error, Error::WorkspaceTooSmall { needed, given } if needed == bytes && given == bytes - 1),
+        "{error}"
+    );
 }
 
 #[test]

@@ -101,8 +101,9 @@ impl<T> Drop for DeviceBuffer<T> {
         if let (Storage::Device(address), Backend::Cuda(device)) = (&self.storage, &*self.gpu.inner)
             && *address != 0
         {
-            // Stream-ordered: kernels queued before the drop still read and write it.
-            device.free(*address);
+            // Stream-ordered: kernels queued on its stream before the drop still read and
+            // write it.
+            device.free(*address, self.gpu.stream());
         }
     }
 }
@@ -138,10 +139,10 @@ impl Gpu {
         let storage = match &*self.inner {
             Backend::Cuda(_) if bytes == 0 => Storage::Device(0),
             Backend::Cuda(device) => {
-                let address = device.allocate(bytes)?;
+                let address = device.allocate(bytes, self.stream())?;
                 if zeroed && let Err(error) = self.clear_on_device(address, bytes) {
                     // Not yet owned by a buffer: free it here, or it leaks.
-                    device.free(address);
+                    device.free(address, self.stream());
                     return Err(error);
                 }
                 Storage::Device(address)
@@ -242,7 +243,7 @@ impl Gpu {
         match &*self.inner {
             Backend::Cuda(device) => {
                 device.make_current()?;
-                check_driver(cuda(device.stream()), what, bytes)
+                check_driver(cuda(self.stream()), what, bytes)
             }
             Backend::Emulator(_) => {
                 emulate();

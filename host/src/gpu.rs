@@ -13,6 +13,7 @@ use gpu_select_kernels::entry::KernelId;
 
 use crate::error::{Error, Result, check_driver};
 use crate::kernels::KernelImage;
+use crate::tuning::Tuning;
 
 /// Environment variable that picks the backend of [`Gpu::from_env`]: `cuda`, `emulator` or
 /// `auto` (the default: CUDA when a device opens, else the emulator).
@@ -64,6 +65,38 @@ pub struct DeviceLimits {
 #[derive(Clone)]
 pub struct Gpu {
     pub(crate) inner: Arc<Backend>,
+    /// The stream this handle queues its work on.
+    queue: Arc<Queue>,
+    /// Tuning values of the kernels' launch shapes ([`Tuning`]).
+    tuning: Tuning,
+}
+
+/// The stream of a [`Gpu`] handle: the device's own, one the handle made
+/// ([`Gpu::fork_stream`]), or one the caller made ([`Gpu::with_raw_stream`]).
+struct Queue {
+    stream: sys::CUstream,
+    /// Whether the library created the stream (and so synchronizes and destroys it at the end).
+    owned: bool,
+    /// Keeps the device, and so its context, alive while the stream lives.
+    backend: Arc<Backend>,
+}
+
+// A stream handle may be used from any thread (see `CudaDevice`).
+unsafe impl Send for Queue {}
+unsafe impl Sync for Queue {}
+
+impl Drop for Queue {
+    fn drop(&mut self) {
+        if let (true, Backend::Cuda(device)) = (self.owned, &*self.backend)
+            && device.make_current().is_ok()
+        {
+            // The last handle and buffer of this stream are gone; their frees complete first.
+            unsafe {
+                let _ = cu::stream::synchronize(self.stream);
+                let _ = cu::stream::destroy(self.stream);
+            }
+        }
+    }
 }
 
 pub(crate) enum Backend {
@@ -196,7 +229,21 @@ impl Gpu {
         cuda.stream = cu::stream::create(cu::stream::StreamKind::NonBlocking)
             .map_err(|e| Error::driver("creating a stream", e, 0))?;
         cuda.pool = create_pool(device, ordinal)?;
-        Ok(Self { inner: Arc::new(Backend::Cuda(cuda)) })
+        Ok(Self::on_device_stream(Arc::new(Backend::Cuda(cuda))))
+    }
+
+    /// A handle on `backend`'s own stream, with the default tuning.
+    fn on_device_stream(backend: Arc<Backend>) -> Self {
+        let stream = match &*backend {
+            Backend::Cuda(device) => device.stream,
+            Backend::Emulator(_) => std::ptr::null_mut(),
+        };
+        let queue = Arc::new(Queue { stream, owned: false, backend: backend.clone() });
+        let tuning = Tuning::for_device(match &*backend {
+            Backend::Cuda(device) => &device.limits,
+            Backend::Emulator(limits) => limits,
+        });
+        Self { inner: backend, queue, tuning }
     }
 
     /// The host emulator: runs the kernels on CPU threads. Always available; slow.
@@ -211,7 +258,7 @@ impl Gpu {
             total_memory_bytes: 0,
             peak_bandwidth_bytes_per_s: 0.0,
         };
-        Self { inner: Arc::new(Backend::Emulator(limits)) }
+        Self::on_device_stream(Arc::new(Backend::Emulator(limits)))
     }
 
     /// The backend [`BACKEND_ENV`] asks for: `cuda` (an error when none opens), `emulator`,
@@ -276,29 +323,148 @@ impl Gpu {
         }
     }
 
-    /// Waits until all work queued on the stream has finished, and reports any error a
-    /// kernel raised.
+    /// A handle on the same device whose work queues on a new non-blocking stream of its own
+    /// (destroyed with the last handle and buffer that use it). Work on two such handles may
+    /// run at the same time on the GPU; [`Gpu::wait_for`] orders them where needed. Buffers
+    /// and kernels are shared: a buffer from one handle may be passed to the other.
+    ///
+    /// On the emulator, which runs every call to its end before it returns, this is a clone.
+    ///
+    /// ```
+    /// use gpu_select::{Gpu, Order};
+    ///
+    /// let gpu = Gpu::emulator();
+    /// let side = gpu.fork_stream()?;
+    /// let keys = side.upload(&[4u32, 8, 1, 9])?;
+    /// let top = side.top_k(&keys, 1, Order::Largest)?; // queued on `side`'s stream
+    /// assert_eq!(side.download(&top.values)?, [9]);
+    /// # Ok::<(), gpu_select::Error>(())
+    /// ```
+    pub fn fork_stream(&self) -> Result<Gpu> {
+        let stream = match &*self.inner {
+            Backend::Cuda(device) => {
+                device.make_current()?;
+                cu::stream::create(cu::stream::StreamKind::NonBlocking)
+                    .map_err(|e| Error::driver("creating a stream", e, 0))?
+            }
+            Backend::Emulator(_) => return Ok(self.clone()),
+        };
+        let queue = Arc::new(Queue { stream, owned: true, backend: self.inner.clone() });
+        Ok(Gpu { inner: self.inner.clone(), queue, tuning: self.tuning })
+    }
+
+    /// A handle on the same device whose work queues on `stream`, a `CUstream` that the caller
+    /// (or another library: PyTorch's `torch.cuda.current_stream().cuda_stream`, cudarc's
+    /// `CudaStream::cu_stream()`) created. The library never destroys it. A null `stream` is
+    /// the legacy default stream, which then orders the library's work after, and before,
+    /// every other blocking stream's.
+    ///
+    /// Errors: [`Error::InvalidArgument`] on the emulator, which has no streams.
+    ///
+    /// # Safety
+    /// `stream` is a valid stream of this device's primary context (the one the CUDA runtime
+    /// uses, and so PyTorch and cudarc), and it outlives the returned handle, its clones and
+    /// every buffer allocated through them (a buffer is freed in its stream's order).
+    pub unsafe fn with_raw_stream(&self, stream: *mut c_void) -> Result<Gpu> {
+        match &*self.inner {
+            Backend::Cuda(_) => {
+                let queue =
+                    Arc::new(Queue { stream: stream.cast(), owned: false, backend: self.inner.clone() });
+                Ok(Gpu { inner: self.inner.clone(), queue, tuning: self.tuning })
+            }
+            Backend::Emulator(_) => Err(Error::invalid("the emulator has no CUDA streams to queue on")),
+        }
+    }
+
+    /// The `CUstream` this handle queues on, for passing to other libraries (null on the
+    /// emulator).
+    pub fn raw_stream(&self) -> *mut c_void {
+        self.queue.stream.cast()
+    }
+
+    /// Makes the work queued on this handle from now on start after the work queued on
+    /// `other` so far (an event, recorded on `other`'s stream and waited for on this one;
+    /// the host does not wait). Both handles must be on the same device.
+    ///
+    /// Errors: [`Error::InvalidArgument`] when `other` is on another device.
+    pub fn wait_for(&self, other: &Gpu) -> Result<()> {
+        if !Arc::ptr_eq(&self.inner, &other.inner) {
+            return Err(Error::invalid("wait_for: the other handle is on another device"));
+        }
+        match &*self.inner {
+            Backend::Cuda(device) => {
+                device.make_current()?;
+                if self.queue.stream == other.queue.stream {
+                    return Ok(());
+                }
+                let done = Event::new()?;
+                done.record(other.queue.stream)?;
+                // The wait holds on to what it needs; the event may be destroyed at once.
+                unsafe {
+                    cu::stream::wait_event(
+                        self.queue.stream,
+                        done.0,
+                        sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+                    )
+                }
+                .map_err(|e| Error::driver("ordering one stream after another", e, 0))
+            }
+            Backend::Emulator(_) => Ok(()),
+        }
+    }
+
+    /// Whether two handles queue on the same stream (clones do; [`Gpu::fork_stream`] does not).
+    pub fn same_stream(&self, other: &Gpu) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner) && self.queue.stream == other.queue.stream
+    }
+
+    /// The tuning values this handle launches with.
+    pub fn tuning(&self) -> &Tuning {
+        &self.tuning
+    }
+
+    /// This handle (same device and stream) with other tuning values: for tuning sweeps,
+    /// which measure a value before it becomes a default.
+    ///
+    /// ```
+    /// use gpu_select::{Gpu, Tuning};
+    ///
+    /// let gpu = Gpu::emulator().with_tuning(Tuning { top_k_blocks_per_sm: 2, ..Tuning::default() });
+    /// assert_eq!(gpu.tuning().top_k_blocks_per_sm, 2);
+    /// ```
+    pub fn with_tuning(&self, tuning: Tuning) -> Gpu {
+        Gpu { tuning, ..self.clone() }
+    }
+
+    /// The stream every operation of this handle is queued on.
+    pub(crate) fn stream(&self) -> sys::CUstream {
+        self.queue.stream
+    }
+
+    /// Waits until all work queued on this handle's stream has finished, and reports any
+    /// error a kernel raised.
     pub fn synchronize(&self) -> Result<()> {
         match &*self.inner {
             Backend::Cuda(device) => {
                 device.make_current()?;
-                unsafe { cu::stream::synchronize(device.stream) }
+                unsafe { cu::stream::synchronize(self.stream()) }
                     .map_err(|e| Error::driver("waiting for the GPU", e, 0))
             }
             Backend::Emulator(_) => Ok(()),
         }
     }
 
-    /// Runs `work` (which queues kernels) and measures it with CUDA events on the stream, in
-    /// milliseconds; on the emulator, with the host clock.
+    /// Runs `work` (which queues kernels) and measures it with CUDA events on this handle's
+    /// stream, in milliseconds (waits for the second event); on the emulator, with the host
+    /// clock.
     pub fn time_ms<R>(&self, work: impl FnOnce() -> Result<R>) -> Result<(R, f64)> {
         match &*self.inner {
             Backend::Cuda(device) => {
                 device.make_current()?;
                 let (start, stop) = (Event::new()?, Event::new()?);
-                start.record(device.stream)?;
+                start.record(self.stream())?;
                 let result = work()?;
-                stop.record(device.stream)?;
+                stop.record(self.stream())?;
                 let ms = stop.elapsed_since(&start)?;
                 Ok((result, ms as f64))
             }
@@ -331,7 +497,7 @@ impl Gpu {
             )));
         }
         match &*self.inner {
-            Backend::Cuda(device) => device.launch(kernel, shape, params),
+            Backend::Cuda(device) => device.launch(kernel, shape, params, self.stream()),
             Backend::Emulator(_) => {
                 let config = emulator::LaunchConfig {
                     grid: shape.grid,
@@ -380,15 +546,15 @@ impl Drop for Event {
 }
 
 impl CudaDevice {
-    /// `bytes` of device memory (not 0), queued on the stream: from the pool, where freed
+    /// `bytes` of device memory (not 0), queued on `stream`: from the pool, where freed
     /// memory is reused at once, else from `cuMemAlloc`. Not cleared (`Gpu::alloc_zeroed`
     /// clears).
-    pub(crate) fn allocate(&self, bytes: usize) -> Result<u64> {
+    pub(crate) fn allocate(&self, bytes: usize, stream: sys::CUstream) -> Result<u64> {
         self.make_current()?;
         let mut address = 0u64;
         let result = unsafe {
             match self.pool {
-                Some(pool) => sys::cuMemAllocFromPoolAsync(&mut address, bytes, pool, self.stream),
+                Some(pool) => sys::cuMemAllocFromPoolAsync(&mut address, bytes, pool, stream),
                 None => sys::cuMemAlloc_v2(&mut address, bytes),
             }
         };
@@ -396,24 +562,19 @@ impl CudaDevice {
         Ok(address)
     }
 
-    /// Frees what [`CudaDevice::allocate`] returned, after the work queued so far: a buffer
-    /// may be dropped while kernels that use it are still queued.
-    pub(crate) fn free(&self, address: u64) {
+    /// Frees what [`CudaDevice::allocate`] returned, after the work queued on `stream` so
+    /// far: a buffer may be dropped while kernels that use it are still queued there.
+    pub(crate) fn free(&self, address: u64, stream: sys::CUstream) {
         if self.make_current().is_err() {
             return;
         }
         // A failure to free cannot be reported (this runs in drop); the context goes on.
         unsafe {
             let _ = match self.pool {
-                Some(_) => sys::cuMemFreeAsync(address, self.stream),
+                Some(_) => sys::cuMemFreeAsync(address, stream),
                 None => sys::cuMemFree_v2(address),
             };
         }
-    }
-
-    /// The stream every operation of the handle is queued on.
-    pub(crate) fn stream(&self) -> sys::CUstream {
-        self.stream
     }
 
     /// CUDA contexts are current per host thread; every entry point makes ours current.
@@ -422,7 +583,13 @@ impl CudaDevice {
             .map_err(|e| Error::driver("making the context current", e, 0))
     }
 
-    fn launch<P>(&self, kernel: KernelId<P>, shape: LaunchShape, mut params: P) -> Result<()> {
+    fn launch<P>(
+        &self,
+        kernel: KernelId<P>,
+        shape: LaunchShape,
+        mut params: P,
+        stream: sys::CUstream,
+    ) -> Result<()> {
         self.make_current()?;
         let function = self.function(kernel.name, shape.shared_bytes)?;
         // The kernel takes its `#[repr(C)]` parameter struct by value: one argument.
@@ -437,7 +604,7 @@ impl CudaDevice {
                 1,
                 1,
                 shape.shared_bytes as u32,
-                self.stream,
+                stream,
                 arguments.as_mut_ptr(),
                 std::ptr::null_mut(),
             )

@@ -38,9 +38,10 @@ pub mod reference;
 mod select;
 mod sort;
 mod topk;
+mod tuning;
 
 pub use buffer::{DeviceBuffer, DeviceValue};
-pub use error::{Error, Result};
+pub use error::{DriverError, Error, Result};
 pub use gpu::{BACKEND_ENV, BackendKind, DeviceLimits, Gpu};
 pub use gpu_select_kernels::{Key, Order};
 pub use kernels::KernelImage;
@@ -49,6 +50,7 @@ pub use sort::{MAX_SMALL_SORT_LEN, SortedSegments};
 pub use topk::{
     Algorithm, InputFilter, KeyTransform, PADDING_INDEX, RowsAlgorithm, TopK, TopKFusion, TopKOptions,
 };
+pub use tuning::{RowsKernelFamily, Tuning};
 
 /// A key type the library selects on: `f32`, `f64`, `i32`, `u32`, `i64`, `u64`.
 pub trait SelectKey: Key + gpu_select_kernels::entry::KernelKey + DeviceValue {}

@@ -354,7 +354,8 @@ impl Gpu {
     /// The key of rank `k` (from 0, smallest first) of `data`: what `data` sorted ascending
     /// holds at position `k`. Keys follow the total order of [`Key`] (NaN above +inf).
     ///
-    /// Errors: [`Error::EmptyInput`]; [`Error::InvalidArgument`] for `k ≥ n`.
+    /// Errors: [`Error::EmptyInput`]; [`Error::KOutOfRange`] for `k ≥ n`. Waits for the
+    /// result (it is returned to the host).
     ///
     /// ```
     /// use gpu_select::Gpu;
@@ -562,13 +563,7 @@ impl Gpu {
         data.check_gpu(self, "the data")?;
         workspace.check_gpu(self, "the workspace")?;
         let needed = SampleWorkspace::new(plan, data.len(), size_of::<K>()).bytes;
-        if workspace.len() < needed {
-            return Err(Error::LengthMismatch {
-                what: "selection workspace bytes (at least)",
-                expected: needed,
-                actual: workspace.len(),
-            });
-        }
+        Error::check_workspace_size(needed, workspace.len())?;
         Ok(workspace.global_ptr().address())
     }
 
@@ -708,7 +703,9 @@ impl Gpu {
         } else {
             ("SampleSelect", "the samples kept missing the data's shape")
         };
-        Err(Error::invalid(format!("{algorithm} did not finish in {LEVEL_SLOTS} levels ({cause})")))
+        Err(Error::Internal {
+            message: format!("{algorithm} did not finish in {LEVEL_SLOTS} levels ({cause})"),
+        })
     }
 
     fn read_outcome(&self, address: u64) -> Result<SampleRun> {
@@ -724,10 +721,12 @@ fn check_rank(n: usize, k: usize) -> Result<()> {
         return Err(Error::EmptyInput);
     }
     if k >= n {
-        return Err(Error::invalid(format!(
-            "rank k = {k} is out of range: the input has {n} keys (ranks 0 to {})",
-            n - 1
-        )));
+        return Err(Error::k_out_of_range(
+            k,
+            0,
+            n - 1,
+            format!("the input has {n} keys (ranks 0 to {})", n - 1),
+        ));
     }
     Ok(())
 }

@@ -14,6 +14,7 @@ use super::{TopK, WorkspaceCarver};
 use crate::buffer::DeviceBuffer;
 use crate::error::Result;
 use crate::gpu::{Gpu, LaunchShape};
+use crate::tuning::Tuning;
 use crate::{Order, SelectKey};
 
 /// One sample tile per this many tiles of data feeds the pruning bound (0.8 % of the data).
@@ -22,32 +23,41 @@ const SAMPLE_EVERY_TILES: u64 = 128;
 /// it saves.
 const SAMPLE_MIN_TILES: u64 = 4 * SAMPLE_EVERY_TILES;
 
-/// Blocks per multiprocessor of the first pass, unless [`BLOCKS_PER_SM_ENV`] says otherwise.
-const BLOCKS_PER_SM: u32 = 4;
-/// Environment variable that overrides [`BLOCKS_PER_SM`] (for tuning sweeps).
-pub const BLOCKS_PER_SM_ENV: &str = "GPU_SELECT_TOPK_BLOCKS_PER_SM";
-
-/// A positive number from the environment variable `name`, or `default`.
-fn env_override<T: std::str::FromStr + Copy + PartialOrd + Default>(name: &str, default: T) -> T {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).filter(|&v| v > T::default()).unwrap_or(default)
+/// What a chain of passes may launch: the device's multiprocessors and the handle's
+/// [`Tuning`] values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct PassBudget {
+    pub multiprocessors: u32,
+    /// [`Tuning::top_k_blocks_per_sm`].
+    pub blocks_per_sm: u32,
+    /// [`Tuning::top_k_tiles_per_block_later`]: tiles a block of a later pass reduces, so
+    /// that each pass shrinks the candidates a lot.
+    pub tiles_per_block_later: u64,
+    /// [`Tuning::bitonic_tight_bound`].
+    pub tight_bound: bool,
 }
 
-fn blocks_per_sm() -> u32 {
-    env_override(BLOCKS_PER_SM_ENV, BLOCKS_PER_SM)
-}
-/// Tiles a block of a later pass reduces, so that each pass shrinks the candidates a lot,
-/// unless [`TILES_PER_BLOCK_LATER_ENV`] says otherwise.
-const TILES_PER_BLOCK_LATER: u64 = 8;
-/// Environment variable that overrides [`TILES_PER_BLOCK_LATER`] (for tuning sweeps).
-pub const TILES_PER_BLOCK_LATER_ENV: &str = "GPU_SELECT_TOPK_TILES_PER_BLOCK_LATER";
+impl PassBudget {
+    pub(super) fn new(tuning: &Tuning, multiprocessors: u32) -> Self {
+        PassBudget {
+            multiprocessors,
+            blocks_per_sm: tuning.top_k_blocks_per_sm.max(1),
+            tiles_per_block_later: tuning.top_k_tiles_per_block_later.max(2),
+            tight_bound: tuning.bitonic_tight_bound,
+        }
+    }
 
-fn tiles_per_block_later() -> u64 {
-    env_override(TILES_PER_BLOCK_LATER_ENV, TILES_PER_BLOCK_LATER)
-}
+    /// The most blocks of one pass.
+    fn most_blocks(&self) -> u64 {
+        (self.multiprocessors * self.blocks_per_sm) as u64
+    }
 
-/// Environment variable that, set to `0`, keeps the pruning bound at the sample's `k`-th
-/// best (no tight bound and no second chain), for measurements.
-pub const TIGHT_BOUND_ENV: &str = "GPU_SELECT_BITONIC_TIGHT_BOUND";
+    /// An H100's budget with the default tuning (for the plans' unit tests).
+    #[cfg(test)]
+    pub(super) fn h100() -> Self {
+        Self::new(&Tuning::default(), 132)
+    }
+}
 
 /// The rank (0-based) in the sample's sorted top `k` of the tight pruning bound, or `None`
 /// when it would be the sample's `k`-th best anyway.
@@ -63,10 +73,6 @@ fn tight_rank(k: u32, sample_share: f64) -> Option<u32> {
     let expected = k as f64 * sample_share;
     let inside = (expected + 4.0 * expected.sqrt() + 4.0).ceil() as u32;
     (inside < k).then(|| inside - 1)
-}
-
-fn tight_bound_enabled() -> bool {
-    std::env::var(TIGHT_BOUND_ENV).map(|v| v != "0").unwrap_or(true)
 }
 
 /// One reduction pass of the bitonic top-k.
@@ -113,23 +119,19 @@ impl TileSpread {
     }
 }
 
-fn most_blocks(multiprocessors: u32) -> u64 {
-    (multiprocessors * blocks_per_sm()) as u64
-}
-
 /// A chain of passes: the first over `tiles` tiles of the data (laid as `spread` says),
 /// each next one over the previous pass's `blocks · k` candidates, until one block is left.
-fn chain(n: u64, tiles: u64, spread: TileSpread, k: u32, multiprocessors: u32, last: LastPass) -> Vec<Pass> {
-    let first = Pass { inputs: n, tiles, spread, blocks: tiles.min(most_blocks(multiprocessors)) as u32 };
+fn chain(n: u64, tiles: u64, spread: TileSpread, k: u32, budget: PassBudget, last: LastPass) -> Vec<Pass> {
+    let first = Pass { inputs: n, tiles, spread, blocks: tiles.min(budget.most_blocks()) as u32 };
     let mut passes = vec![first];
     if first.blocks > 1 {
-        passes.extend(candidate_passes(first.blocks as u64 * k as u64, k, multiprocessors, last));
+        passes.extend(candidate_passes(first.blocks as u64 * k as u64, k, budget, last));
     }
     passes
 }
 
 /// Tiles the last block of a chain reduces at most, when [`LastPass::Split`]: a last pass
-/// over [`tiles_per_block_later`] full tiles reduces them one after another (8 whole-tile
+/// over [`Tuning::top_k_tiles_per_block_later`] full tiles reduces them one after another (8 whole-tile
 /// sorts took about 75 µs of 0.635 ms for sorted inputs at 2^28, k = 1024, run 52; the
 /// tight sample chain's 6 tiles took 40 µs at k = 1024, run 56), so one more pass splits
 /// them over blocks.
@@ -154,14 +156,14 @@ impl LastPass {
     }
 }
 
-/// Passes over at most `inputs` candidates (each block takes [`tiles_per_block_later`]
-/// tiles, the last at most [`LAST_BLOCK_TILES`] when `last` says so), each next one over
+/// Passes over at most `inputs` candidates (each block takes
+/// [`Tuning::top_k_tiles_per_block_later`] tiles, the last at most [`LAST_BLOCK_TILES`] when `last` says so), each next one over
 /// the previous pass's `blocks · k`, until one block is left.
-pub(super) fn candidate_passes(mut inputs: u64, k: u32, multiprocessors: u32, last: LastPass) -> Vec<Pass> {
+pub(super) fn candidate_passes(mut inputs: u64, k: u32, budget: PassBudget, last: LastPass) -> Vec<Pass> {
     let mut passes = Vec::new();
     loop {
         let tiles = inputs.div_ceil(TOPK_TILE);
-        let mut blocks = tiles.div_ceil(tiles_per_block_later()).min(most_blocks(multiprocessors)) as u32;
+        let mut blocks = tiles.div_ceil(budget.tiles_per_block_later).min(budget.most_blocks()) as u32;
         if blocks == 1 && last == LastPass::Split && tiles > LAST_BLOCK_TILES {
             blocks = tiles.div_ceil(LAST_BLOCK_TILES) as u32;
         }
@@ -213,38 +215,30 @@ pub(super) struct BitonicPlan {
 }
 
 impl BitonicPlan {
-    pub(super) fn new(n: u64, k: u32, multiprocessors: u32) -> Self {
+    pub(super) fn new(n: u64, k: u32, budget: PassBudget) -> Self {
         let tiles = n.div_ceil(TOPK_TILE);
         // One sample tile per stride of the full tiles, its inputs spread over the stride
         // (`TileSpread::sample`): each holds 2048 real inputs.
         let full_tiles = n / TOPK_TILE;
         let sample_tiles = full_tiles / SAMPLE_EVERY_TILES;
         let stride = full_tiles / sample_tiles.max(1);
-        let sample_chain =
-            |k| chain(n, sample_tiles, TileSpread::sample(stride), k, multiprocessors, LastPass::Split);
+        let sample_chain = |k| chain(n, sample_tiles, TileSpread::sample(stride), k, budget, LastPass::Split);
         let sampled = tiles >= SAMPLE_MIN_TILES;
-        let tight = (sampled && tight_bound_enabled()).then(|| {
+        let tight = (sampled && budget.tight_bound).then(|| {
             let rank = tight_rank(k, (sample_tiles * TOPK_TILE) as f64 / n as f64).unwrap_or(k - 1);
             let room = (n / CANDIDATE_ROOM_SHARE).max(k as u64);
             TightPlan {
                 rank,
                 sample: if rank + 1 < k { sample_chain(rank + 1) } else { Vec::new() },
-                filter_blocks: tiles.min((multiprocessors * FILTER_BLOCKS_PER_SM) as u64) as u32,
+                filter_blocks: tiles.min((budget.multiprocessors * FILTER_BLOCKS_PER_SM) as u64) as u32,
                 room,
-                passes: candidate_passes(room, k, multiprocessors, LastPass::for_k(k, LastPass::Keep)),
+                passes: candidate_passes(room, k, budget, LastPass::for_k(k, LastPass::Keep)),
             }
         });
         let sample = sampled.then(|| sample_chain(k));
         Self {
             sample,
-            main: chain(
-                n,
-                tiles,
-                TileSpread::CONTIGUOUS,
-                k,
-                multiprocessors,
-                LastPass::for_k(k, LastPass::Keep),
-            ),
+            main: chain(n, tiles, TileSpread::CONTIGUOUS, k, budget, LastPass::for_k(k, LastPass::Keep)),
             tight,
         }
     }
@@ -556,7 +550,7 @@ mod tests {
             (1 << 20, 1000),
             (1 << 21, 7),
         ] {
-            let plan = BitonicPlan::new(n, k, 132);
+            let plan = BitonicPlan::new(n, k, PassBudget::h100());
             for chain in plan
                 .sample
                 .iter()
@@ -580,8 +574,8 @@ mod tests {
                 assert!(first.spread.first_input > 0, "{first:?}");
             }
         }
-        assert!(BitonicPlan::new(1 << 20, 32, 132).sample.is_some());
-        assert!(BitonicPlan::new(1 << 19, 32, 132).sample.is_none());
+        assert!(BitonicPlan::new(1 << 20, 32, PassBudget::h100()).sample.is_some());
+        assert!(BitonicPlan::new(1 << 19, 32, PassBudget::h100()).sample.is_none());
     }
 
     #[test]
@@ -599,26 +593,24 @@ mod tests {
             }
         }
         // Without a sample there is no tight bound.
-        assert_eq!(BitonicPlan::new(1 << 19, 256, 132).tight, None);
-        if tight_bound_enabled() {
-            let tight = BitonicPlan::new(1 << 28, 256, 132).tight.unwrap();
-            assert_eq!(tight.rank, 11);
-            // Room for the expected 1 536 inputs inside many times over, and for the about
-            // 131 072 of sorted or all-equal inputs (a stride of sample tiles).
-            assert_eq!(tight.room, 1 << 22);
-            assert_eq!(tight.passes.last().unwrap().blocks, 1);
-            // The tight plan has its own sample chain (keeping only the best 12).
-            assert_eq!(tight.sample.last().map(|pass| pass.blocks), Some(1));
-            // Without a tight rank (k = 1) the bound is the sample's k-th best, from the safe
-            // sample chain itself.
-            let tight = BitonicPlan::new(1 << 28, 1, 132).tight.unwrap();
-            assert_eq!((tight.rank, tight.sample.len()), (0, 0));
-        }
+        assert_eq!(BitonicPlan::new(1 << 19, 256, PassBudget::h100()).tight, None);
+        let tight = BitonicPlan::new(1 << 28, 256, PassBudget::h100()).tight.unwrap();
+        assert_eq!(tight.rank, 11);
+        // Room for the expected 1 536 inputs inside many times over, and for the about
+        // 131 072 of sorted or all-equal inputs (a stride of sample tiles).
+        assert_eq!(tight.room, 1 << 22);
+        assert_eq!(tight.passes.last().unwrap().blocks, 1);
+        // The tight plan has its own sample chain (keeping only the best 12).
+        assert_eq!(tight.sample.last().map(|pass| pass.blocks), Some(1));
+        // Without a tight rank (k = 1) the bound is the sample's k-th best, from the safe
+        // sample chain itself.
+        let tight = BitonicPlan::new(1 << 28, 1, PassBudget::h100()).tight.unwrap();
+        assert_eq!((tight.rank, tight.sample.len()), (0, 0));
     }
 
     #[test]
     fn workspace_regions_are_aligned_and_disjoint() {
-        let plan = BitonicPlan::new(1 << 24, 100, 132);
+        let plan = BitonicPlan::new(1 << 24, 100, PassBudget::h100());
         let layout = BitonicWorkspace::new(&plan, 100, 4);
         let mut starts = [
             layout.between.keys[0],

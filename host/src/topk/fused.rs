@@ -149,7 +149,7 @@ impl Gpu {
         let plan = self.plan_top_k_fused(data.len(), k, size_of::<K>(), options)?;
         let kernel_fusion = self.kernel_fusion(data.len(), fusion)?;
         let needed = super::bitonic::BitonicWorkspace::new(&plan, k as u32, size_of::<K>()).bytes;
-        self.check_workspace(workspace, needed, "fused top-k workspace bytes (at least)")?;
+        self.check_workspace(workspace, needed)?;
         let base = workspace.global_ptr().address();
         self.run_bitonic(data, k as u32, options.order, kernel_fusion, &plan, base, out)
     }
@@ -171,7 +171,12 @@ impl Gpu {
         let bitonic = options.with_algorithm(Algorithm::Bitonic);
         match self.plan_top_k(n, k, key_bytes, &bitonic)? {
             super::Plan::Bitonic(plan) => Ok(plan),
-            _ => Err(Error::invalid(format!("k = {k}: the fused top-k takes k ≤ {MAX_BITONIC_K}"))),
+            _ => Err(Error::k_out_of_range(
+                k,
+                1,
+                MAX_BITONIC_K as usize,
+                format!("the fused top-k takes k ≤ {MAX_BITONIC_K}"),
+            )),
         }
     }
 

@@ -7,7 +7,7 @@ use gpu_select_kernels::topk::heap::{
     HeapLayout, HeapParams, MAX_HEAP_K, MAX_HEAP_THREADS, heap_bytes_per_thread,
 };
 
-use super::bitonic::{Chain, ChainBuffers, ChainInput, LastPass, Pass, candidate_passes};
+use super::bitonic::{Chain, ChainBuffers, ChainInput, LastPass, Pass, PassBudget, candidate_passes};
 use super::{TopK, WorkspaceCarver};
 use crate::buffer::DeviceBuffer;
 use crate::error::{Error, Result};
@@ -39,11 +39,16 @@ impl HeapPlan {
         n: u64,
         k: u64,
         key_bytes: usize,
-        multiprocessors: u32,
+        budget: PassBudget,
         shared_bytes: usize,
     ) -> Result<Self> {
         if k > MAX_HEAP_K as u64 {
-            return Err(Error::invalid(format!("k = {k}: the per-thread top-k takes k ≤ {MAX_HEAP_K}")));
+            return Err(Error::k_out_of_range(
+                k as usize,
+                1,
+                MAX_HEAP_K as usize,
+                format!("the per-thread top-k takes k ≤ {MAX_HEAP_K}"),
+            ));
         }
         if n >= 1 << 32 {
             return Err(Error::invalid(format!("{n} keys: the per-thread top-k takes fewer than 2^32 keys")));
@@ -57,12 +62,12 @@ impl HeapPlan {
         }
         let per_multiprocessor = fitting.min(THREADS_PER_MULTIPROCESSOR);
         let threads = per_multiprocessor.min(MAX_HEAP_THREADS as u64);
-        let blocks = (per_multiprocessor / threads * multiprocessors as u64)
+        let blocks = (per_multiprocessor / threads * budget.multiprocessors as u64)
             .min(n.div_ceil(threads * INPUTS_PER_HEAP_SLOT * k))
             .max(1);
         let slots = blocks * threads * k;
         // The heaps are full (each thread reads at least 4k inputs).
-        let passes = candidate_passes(slots, k as u32, multiprocessors, LastPass::Split);
+        let passes = candidate_passes(slots, k as u32, budget, LastPass::Split);
         Ok(Self { threads: threads as u32, blocks: blocks as u32, passes })
     }
 
@@ -136,13 +141,13 @@ mod tests {
     #[test]
     fn plans_fill_shared_memory_and_give_each_thread_enough_inputs() {
         // k = 32, f32: 256 bytes a thread, 887 fit, so 3 blocks of 256 per multiprocessor.
-        let plan = HeapPlan::new(1 << 28, 32, 4, 132, H100_SHARED).unwrap();
+        let plan = HeapPlan::new(1 << 28, 32, 4, PassBudget::h100(), H100_SHARED).unwrap();
         assert_eq!((plan.threads, plan.blocks), (256, 3 * 132));
         // k = 512, f64: 6 KB a thread, one warp per multiprocessor.
-        let plan = HeapPlan::new(1 << 28, 512, 8, 132, H100_SHARED).unwrap();
+        let plan = HeapPlan::new(1 << 28, 512, 8, PassBudget::h100(), H100_SHARED).unwrap();
         assert_eq!((plan.threads, plan.blocks), (32, 132));
         // Small inputs: fewer blocks, so that each thread reads 4k inputs.
-        let plan = HeapPlan::new(10_000, 8, 4, 132, H100_SHARED).unwrap();
+        let plan = HeapPlan::new(10_000, 8, 4, PassBudget::h100(), H100_SHARED).unwrap();
         assert_eq!((plan.threads, plan.blocks), (256, 2));
         // The reduction ends in one block.
         assert_eq!(plan.passes.last().unwrap().blocks, 1);
@@ -150,9 +155,12 @@ mod tests {
 
     #[test]
     fn shapes_it_does_not_take_are_errors() {
-        assert!(HeapPlan::new(1 << 20, MAX_HEAP_K as u64 + 1, 4, 132, H100_SHARED).is_err());
-        assert!(HeapPlan::new(1 << 32, 8, 4, 132, H100_SHARED).is_err());
+        assert!(HeapPlan::new(1 << 20, MAX_HEAP_K as u64 + 1, 4, PassBudget::h100(), H100_SHARED).is_err());
+        assert!(HeapPlan::new(1 << 32, 8, 4, PassBudget::h100(), H100_SHARED).is_err());
         // An A100-sized block: a warp's heaps of 512 f64 keys (192 KB) do not fit.
-        assert!(HeapPlan::new(1 << 20, 512, 8, 108, 163 * 1024).is_err());
+        assert!(
+            HeapPlan::new(1 << 20, 512, 8, PassBudget::new(&crate::Tuning::default(), 108), 163 * 1024)
+                .is_err()
+        );
     }
 }

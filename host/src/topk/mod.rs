@@ -14,7 +14,7 @@ use gpu_select_kernels::params::GlobalPtr;
 use gpu_select_kernels::topk::bitonic::MAX_BITONIC_K;
 use gpu_select_kernels::topk::heap::MAX_HEAP_K;
 
-use self::bitonic::{BitonicPlan, BitonicWorkspace};
+use self::bitonic::{BitonicPlan, BitonicWorkspace, PassBudget};
 pub use self::fused::{InputFilter, KeyTransform, TopKFusion};
 use self::heap::{HeapPlan, HeapWorkspace};
 use self::radix::{RadixPlan, RadixWorkspace};
@@ -252,8 +252,12 @@ impl Gpu {
     ///   NaNs first), -0.0 below +0.0.
     /// * Ties: deterministic, equal keys by lower index first; the same input gives the same
     ///   output every run.
-    /// * Errors: [`Error::EmptyInput`]; [`Error::InvalidArgument`] for `k = 0`, `k > n`, or a
-    ///   shape the chosen algorithm does not take (see [`Algorithm`]).
+    /// * Errors: [`Error::EmptyInput`]; [`Error::KOutOfRange`] for `k = 0`, `k > n`, or `k`
+    ///   over the chosen algorithm's bound; [`Error::InvalidArgument`] for an input the
+    ///   chosen algorithm does not take (see [`Algorithm`]).
+    /// * Waits: for the outputs' allocation only, except where SampleSelect runs (chosen, or
+    ///   by `Auto` for large `k`): it reads back whether its levels have found the rank,
+    ///   once for most inputs.
     ///
     /// ```
     /// use gpu_select::{Gpu, Order};
@@ -303,8 +307,11 @@ impl Gpu {
     }
 
     /// Top-k into caller-provided outputs (`out.values` and `out.indices` of length `k`),
-    /// with a caller-provided workspace of at least [`Gpu::top_k_workspace_bytes`]. Queues
-    /// the work without waiting; a download of `out` waits for it.
+    /// with a caller-provided workspace of at least [`Gpu::top_k_workspace_bytes`]
+    /// ([`Error::WorkspaceTooSmall`] otherwise). Queues the work without waiting, except on
+    /// the SampleSelect and bucket-select paths, which read back whether their levels found
+    /// the rank (once for most inputs: they launch the levels they expect to need, then
+    /// check); a download of `out` waits for the rest.
     pub fn top_k_into<K: SelectKey>(
         &self,
         data: &DeviceBuffer<K>,
@@ -317,7 +324,7 @@ impl Gpu {
         self.check_outputs(out, k, ["top-k output values", "top-k output indices"])?;
         let plan = self.plan_top_k(data.len(), k, size_of::<K>(), options)?;
         let needed = plan.workspace_bytes(data.len(), k, size_of::<K>());
-        self.check_workspace(workspace, needed, "top-k workspace bytes (at least)")?;
+        self.check_workspace(workspace, needed)?;
         let base = workspace.global_ptr().address();
         match plan {
             Plan::Bitonic(plan) => {
@@ -351,17 +358,9 @@ impl Gpu {
     }
 
     /// Checks that a caller-provided workspace is on this GPU and holds `needed` bytes.
-    pub(crate) fn check_workspace(
-        &self,
-        workspace: &DeviceBuffer<u8>,
-        needed: usize,
-        what: &'static str,
-    ) -> Result<()> {
+    pub(crate) fn check_workspace(&self, workspace: &DeviceBuffer<u8>, needed: usize) -> Result<()> {
         workspace.check_gpu(self, "the workspace")?;
-        if workspace.len() < needed {
-            return Err(Error::LengthMismatch { what, expected: needed, actual: workspace.len() });
-        }
-        Ok(())
+        Error::check_workspace_size(needed, workspace.len())
     }
 
     /// Top-k of at most 2048 keys: sort them all into the workspace (at `workspace_base`,
@@ -423,18 +422,17 @@ impl Gpu {
             return Err(Error::EmptyInput);
         }
         if k == 0 {
-            return Err(Error::invalid("k = 0: ask for at least one key"));
+            return Err(Error::k_out_of_range(0, 1, n, "ask for at least one key"));
         }
         if k > n {
-            return Err(Error::invalid(format!("k = {k} is larger than the input ({n} keys)")));
+            return Err(Error::k_out_of_range(k, 1, n, format!("the input has {n} keys")));
         }
         let multiprocessors = self.limits().multiprocessors;
+        let budget = PassBudget::new(self.tuning(), multiprocessors);
         let algorithm = self.resolve(options.algorithm, n, k, key_bytes);
         let takes = algorithm.takes(n as u64, k as u64);
         match algorithm {
-            Algorithm::Bitonic if takes => {
-                Ok(Plan::Bitonic(BitonicPlan::new(n as u64, k as u32, multiprocessors)))
-            }
+            Algorithm::Bitonic if takes => Ok(Plan::Bitonic(BitonicPlan::new(n as u64, k as u32, budget))),
             Algorithm::Auto | Algorithm::RadixSelect => {
                 Ok(Plan::Radix(RadixPlan::new(n as u64, multiprocessors, options.sorted && k > 1)))
             }
@@ -457,13 +455,8 @@ impl Gpu {
             Algorithm::BlockSort if takes => Ok(Plan::BlockSort),
             Algorithm::PerThreadHeap => {
                 let limits = self.limits();
-                let plan = HeapPlan::new(
-                    n as u64,
-                    k as u64,
-                    key_bytes,
-                    limits.multiprocessors,
-                    limits.max_shared_bytes_per_block,
-                )?;
+                let plan =
+                    HeapPlan::new(n as u64, k as u64, key_bytes, budget, limits.max_shared_bytes_per_block)?;
                 Ok(Plan::Heap(plan))
             }
             Algorithm::SortAndChoose => Ok(Plan::SortChoose(SortChoosePlan::new(n as u64, multiprocessors)?)),
@@ -474,9 +467,12 @@ impl Gpu {
             Algorithm::Bitonic if (n as u64) >= (1u64 << 32) => {
                 Err(Error::invalid(format!("{n} keys: the bitonic top-k takes fewer than 2^32 keys")))
             }
-            Algorithm::Bitonic => {
-                Err(Error::invalid(format!("k = {k}: the bitonic top-k takes k ≤ {MAX_BITONIC_K}")))
-            }
+            Algorithm::Bitonic => Err(Error::k_out_of_range(
+                k,
+                1,
+                MAX_BITONIC_K as usize,
+                format!("the bitonic top-k takes k ≤ {MAX_BITONIC_K}"),
+            )),
         }
     }
 }

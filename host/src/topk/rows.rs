@@ -35,6 +35,7 @@ use super::{TopK, TopKOptions};
 use crate::buffer::DeviceBuffer;
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, LaunchShape};
+use crate::tuning::{RowsKernelFamily, Tuning};
 use crate::{Order, SelectKey};
 
 /// The index of a padding slot in the result of [`Gpu::top_k_rows_ragged`]: a row shorter
@@ -136,7 +137,7 @@ impl Gpu {
     /// first. Order, NaN and tie policies as [`Gpu::top_k`] (NaN above +inf; equal keys by
     /// lower column first).
     ///
-    /// Errors: [`Error::EmptyInput`] for no rows or no columns; [`Error::InvalidArgument`]
+    /// Errors: [`Error::EmptyInput`] for no rows or no columns; [`Error::KOutOfRange`]
     /// for `k = 0` or `k > cols`; [`Error::LengthMismatch`] when `data` is not
     /// `rows · cols` keys.
     ///
@@ -218,8 +219,9 @@ impl Gpu {
         }
         let shape = dense_shape(rows, cols, k).ok()?;
         let device = self.cost_device();
-        let algorithm = resolve(algorithm, shape, k, size_of::<K>(), device)?;
-        Some(predicted_ms(algorithm, shape, k, size_of::<K>(), device))
+        let tuning = self.tuning();
+        let algorithm = resolve(algorithm, shape, k, size_of::<K>(), device, tuning)?;
+        Some(predicted_ms(algorithm, shape, k, size_of::<K>(), device, tuning))
     }
 
     /// Bytes of workspace [`Gpu::top_k_rows_into`] needs (checks the arguments as the run
@@ -293,7 +295,7 @@ impl Gpu {
         let shape = self.dense_input(data, rows, cols, k)?;
         self.check_outputs(out, rows * k, ["row top-k output values", "row top-k output indices"])?;
         let needed = self.rows_workspace_bytes::<K>(shape, k, order, RowsAlgorithm::Auto)?;
-        self.check_workspace(workspace, needed, "row top-k workspace bytes (at least)")?;
+        self.check_workspace(workspace, needed)?;
         self.select_rows(data, shape, k, order, RowsAlgorithm::Auto, workspace, out)
     }
 
@@ -303,8 +305,9 @@ impl Gpu {
     /// [`PADDING_INDEX`] and the worst non-NaN key of the order.
     ///
     /// Errors: [`Error::EmptyInput`] for no rows (fewer than two offsets);
-    /// [`Error::InvalidArgument`] for `k = 0` or offsets that decrease or pass the end of
-    /// `data`. The offsets are read back to check them.
+    /// [`Error::KOutOfRange`] for `k = 0`; [`Error::InvalidArgument`] for offsets that
+    /// decrease or pass the end of `data`. Waits: the offsets are read back to check them,
+    /// and when a row is shorter than `k` the call waits for its padding's copies.
     ///
     /// ```
     /// use gpu_select::{Gpu, Order, PADDING_INDEX};
@@ -430,8 +433,9 @@ impl Gpu {
         key_bytes: usize,
     ) -> Option<RowsPlan> {
         let device = self.cost_device();
-        let algorithm = resolve(algorithm, rows, k, key_bytes, device)?;
-        Some(plan(algorithm, rows, k as u32, key_bytes, device.multiprocessors))
+        let tuning = self.tuning();
+        let algorithm = resolve(algorithm, rows, k, key_bytes, device, tuning)?;
+        Some(plan(algorithm, rows, k as u32, key_bytes, device.multiprocessors, tuning))
     }
 
     /// Checks a dense matrix argument (as [`Gpu::top_k_rows`] documents) and describes it.
@@ -614,16 +618,18 @@ fn resolve(
     k: usize,
     key_bytes: usize,
     device: Device,
+    tuning: &Tuning,
 ) -> Option<RowsAlgorithm> {
     const _: () = assert!(MAX_QUEUE_K == MAX_RADIX_ROWS_K, "both kernels take k up to the same bound");
     if k > MAX_QUEUE_K as usize {
         return None;
     }
     Some(match algorithm {
-        RowsAlgorithm::Auto => match measurement_hooks().algorithm {
-            Some(forced) => forced,
+        RowsAlgorithm::Auto => match tuning.rows_auto_kernel {
+            Some(RowsKernelFamily::WarpSelect) => RowsAlgorithm::WarpSelect,
+            Some(RowsKernelFamily::RadixSelect) => RowsAlgorithm::RadixSelect,
             None => {
-                let predict = |algorithm| predicted_ms(algorithm, rows, k, key_bytes, device);
+                let predict = |algorithm| predicted_ms(algorithm, rows, k, key_bytes, device, tuning);
                 if predict(RowsAlgorithm::RadixSelect) < predict(RowsAlgorithm::WarpSelect) {
                     RowsAlgorithm::RadixSelect
                 } else {
@@ -636,24 +642,42 @@ fn resolve(
 }
 
 /// The cost model's time for `algorithm` (not `Auto`) on `rows`, `k ≤ 2048`.
-fn predicted_ms(algorithm: RowsAlgorithm, rows: Rows, k: usize, key_bytes: usize, device: Device) -> f64 {
+fn predicted_ms(
+    algorithm: RowsAlgorithm,
+    rows: Rows,
+    k: usize,
+    key_bytes: usize,
+    device: Device,
+    tuning: &Tuning,
+) -> f64 {
     let shape = RowsShape { rows: rows.count, len: rows.mean_len, k: k as u64, key_bytes };
-    rows_cost::predict_ms(plan(algorithm, rows, k as u32, key_bytes, device.multiprocessors), shape, device)
+    rows_cost::predict_ms(
+        plan(algorithm, rows, k as u32, key_bytes, device.multiprocessors, tuning),
+        shape,
+        device,
+    )
 }
 
 /// How `algorithm` (not `Auto`) runs on `rows`, for the dispatch, its workspace and the
 /// cost model alike: [`warp_per_row`], [`blocks_per_row`], [`radix_blocks_per_row`],
 /// [`warp_radix_fits`].
-fn plan(algorithm: RowsAlgorithm, rows: Rows, k: u32, key_bytes: usize, multiprocessors: u32) -> RowsPlan {
+fn plan(
+    algorithm: RowsAlgorithm,
+    rows: Rows,
+    k: u32,
+    key_bytes: usize,
+    multiprocessors: u32,
+    tuning: &Tuning,
+) -> RowsPlan {
     if algorithm != RowsAlgorithm::RadixSelect {
         let parts = blocks_per_row(rows, k, multiprocessors);
-        let warp_per_row = parts == 1 && warp_per_row(rows, multiprocessors);
+        let warp_per_row = parts == 1 && warp_per_row(rows, multiprocessors, tuning);
         return RowsPlan::Queues { warp_per_row, parts };
     }
     if warp_radix_fits(rows.max_len, k) {
         return RowsPlan::WarpRadix;
     }
-    let parts = radix_blocks_per_row(rows, k, multiprocessors);
+    let parts = radix_blocks_per_row(rows, k, multiprocessors, tuning);
     let part_len = rows.mean_len / parts;
     // The sample's bound spares a read of 32-bit rows longer than the pool; when its
     // expected gathering nears the pool, a shortfall (a second read) is common (H100 run
@@ -673,39 +697,6 @@ struct RowsKernel<K> {
     shared_bytes: usize,
     /// Parts a block takes: 1, or a warp's each.
     rows_per_block: u64,
-}
-
-/// The measurement hooks: environment variables that force a choice `Auto` would make, so
-/// that benchmarks can time the alternatives on one shape. Read once per process, not on
-/// every call.
-#[derive(Clone, Copy, Debug)]
-struct MeasurementHooks {
-    /// `GPU_SELECT_ROWS_ALGORITHM` = `warp-select` or `radix-select` ([`resolve`]).
-    algorithm: Option<RowsAlgorithm>,
-    /// `GPU_SELECT_ROWS_WARPS_PER_ROW` = `1` (true) or `4` ([`warp_per_row`]).
-    warp_per_row: Option<bool>,
-    /// `GPU_SELECT_ROWS_RADIX_PARTS` = `n` ([`radix_blocks_per_row`]).
-    radix_parts: Option<u64>,
-}
-
-fn measurement_hooks() -> MeasurementHooks {
-    static HOOKS: std::sync::OnceLock<MeasurementHooks> = std::sync::OnceLock::new();
-    *HOOKS.get_or_init(|| {
-        let var = |name| std::env::var(name).ok();
-        MeasurementHooks {
-            algorithm: match var("GPU_SELECT_ROWS_ALGORITHM").as_deref() {
-                Some("warp-select") => Some(RowsAlgorithm::WarpSelect),
-                Some("radix-select") => Some(RowsAlgorithm::RadixSelect),
-                _ => None,
-            },
-            warp_per_row: match var("GPU_SELECT_ROWS_WARPS_PER_ROW").as_deref() {
-                Some("1") => Some(true),
-                Some("4") => Some(false),
-                _ => None,
-            },
-            radix_parts: var("GPU_SELECT_ROWS_RADIX_PARTS").and_then(|n| n.parse().ok()),
-        }
-    })
 }
 
 /// The radix kernel for rows of at most `max_len` keys: a warp per row when they fit
@@ -780,7 +771,7 @@ fn dense_shape(rows: usize, cols: usize, k: usize) -> Result<Rows<'static>> {
     }
     check_k(k)?;
     if k > cols {
-        return Err(Error::invalid(format!("k = {k} is larger than a row ({cols} keys)")));
+        return Err(Error::k_out_of_range(k, 1, cols, format!("a row has {cols} keys")));
     }
     rows.checked_mul(cols).ok_or_else(|| Error::invalid(format!("{rows} × {cols} keys overflow usize")))?;
     rows.checked_mul(k).ok_or_else(|| Error::invalid(format!("{rows} rows × k = {k} overflow usize")))?;
@@ -810,7 +801,7 @@ fn split_candidates<K>(workspace: &DeviceBuffer<u8>, candidates: u64) -> (Global
 
 fn check_k(k: usize) -> Result<()> {
     if k == 0 {
-        return Err(Error::invalid("k = 0: ask for at least one key per row"));
+        return Err(Error::k_out_of_range(0, 1, usize::MAX, "ask for at least one key per row"));
     }
     Ok(())
 }
@@ -825,11 +816,11 @@ fn check_row_len(len: u64) -> Result<()> {
 
 /// Whether each warp takes a row of its own (no merge in shared memory, four rows per
 /// block): when the rows alone give every multiprocessor [`TARGET_BLOCKS_PER_SM`] blocks'
-/// worth of warps. `GPU_SELECT_ROWS_WARPS_PER_ROW` = `1` or `4` overrides the choice, so
-/// that benchmarks can time both layouts on one shape.
-fn warp_per_row(rows: Rows, multiprocessors: u32) -> bool {
-    measurement_hooks()
-        .warp_per_row
+/// worth of warps. [`Tuning::rows_warp_per_row`] overrides the choice, so that benchmarks
+/// can time both layouts on one shape.
+fn warp_per_row(rows: Rows, multiprocessors: u32, tuning: &Tuning) -> bool {
+    tuning
+        .rows_warp_per_row
         .unwrap_or(rows.count >= (multiprocessors * TARGET_BLOCKS_PER_SM * WARPS_PER_BLOCK) as u64)
 }
 
@@ -850,14 +841,14 @@ fn blocks_per_row(rows: Rows, k: u32, multiprocessors: u32) -> u64 {
 /// the blocks within that one wave (a second, partial wave of equal blocks would double
 /// the time: H100 run 34, 5 parts of 64 rows), each of at least [`MIN_RADIX_PART_LEN`]
 /// and `k` keys. Ragged rows are not split: a short row's parts could hold fewer than `k`
-/// keys, and padding must not reach the second pass. `GPU_SELECT_ROWS_RADIX_PARTS` = `n`
+/// keys, and padding must not reach the second pass. [`Tuning::rows_radix_parts`]
 /// overrides the count for dense rows (at most `cols / k` parts), so that benchmarks can
 /// time other splits of one shape.
-fn radix_blocks_per_row(rows: Rows, k: u32, multiprocessors: u32) -> u64 {
+fn radix_blocks_per_row(rows: Rows, k: u32, multiprocessors: u32, tuning: &Tuning) -> u64 {
     if warp_radix_fits(rows.max_len, k) || rows.host_offsets.is_some() {
         return 1;
     }
-    if let Some(parts) = measurement_hooks().radix_parts {
+    if let Some(parts) = tuning.rows_radix_parts {
         return parts.min(rows.cols / k as u64).clamp(1, MAX_BLOCKS_PER_ROW);
     }
     let target = (multiprocessors * RADIX_TARGET_BLOCKS_PER_SM) as u64;
@@ -906,13 +897,10 @@ mod tests {
 
     #[test]
     fn a_warp_takes_a_row_when_rows_fill_the_gpu() {
-        if std::env::var_os("GPU_SELECT_ROWS_WARPS_PER_ROW").is_some() {
-            return; // the measurement hook decides
-        }
-        assert!(warp_per_row(rows(10_000, 1000), 132));
-        assert!(warp_per_row(rows(4224, 1000), 132));
-        assert!(!warp_per_row(rows(4223, 1000), 132));
-        assert!(!warp_per_row(rows(64, 131_072), 132));
+        assert!(warp_per_row(rows(10_000, 1000), 132, &Tuning::default()));
+        assert!(warp_per_row(rows(4224, 1000), 132, &Tuning::default()));
+        assert!(!warp_per_row(rows(4223, 1000), 132, &Tuning::default()));
+        assert!(!warp_per_row(rows(64, 131_072), 132, &Tuning::default()));
     }
 
     /// The H100 the sweep ran on: 132 multiprocessors, 90 % of 3.35 TB/s.
@@ -920,11 +908,8 @@ mod tests {
 
     #[test]
     fn auto_takes_the_kernel_the_measurements_favour() {
-        if std::env::var_os("GPU_SELECT_ROWS_ALGORITHM").is_some() {
-            return; // the measurement hook decides
-        }
-        let auto = |shape, k| resolve(RowsAlgorithm::Auto, shape, k, 4, H100);
-        let auto_64_bit = |shape, k| resolve(RowsAlgorithm::Auto, shape, k, 8, H100);
+        let auto = |shape, k| resolve(RowsAlgorithm::Auto, shape, k, 4, H100, &Tuning::default());
+        let auto_64_bit = |shape, k| resolve(RowsAlgorithm::Auto, shape, k, 8, H100, &Tuning::default());
         // H100 run 41 (ms, queues against radix), each far from even.
         assert_eq!(auto(rows(10_000, 128_000), 1), Some(RowsAlgorithm::WarpSelect), "1.89 vs 2.51");
         assert_eq!(auto(rows(10_000, 128_000), 1000), Some(RowsAlgorithm::RadixSelect), "11.0 vs 3.33");
@@ -939,7 +924,7 @@ mod tests {
         assert_eq!(auto_64_bit(rows(10_000, 32_000), 1024), Some(RowsAlgorithm::RadixSelect));
         assert_eq!(auto(rows(64, 131_072), 2049), None);
         assert_eq!(
-            resolve(RowsAlgorithm::WarpSelect, rows(64, 131_072), 1024, 4, H100),
+            resolve(RowsAlgorithm::WarpSelect, rows(64, 131_072), 1024, 4, H100, &Tuning::default()),
             Some(RowsAlgorithm::WarpSelect)
         );
     }
@@ -973,7 +958,7 @@ mod tests {
         for (&(key_bytes, count, cols, k), &queue_ms) in &queues {
             let radix_ms = radix[&(key_bytes, count, cols, k)];
             let shape = rows(count, cols);
-            let predict = |algorithm| predicted_ms(algorithm, shape, k, key_bytes, H100);
+            let predict = |algorithm| predicted_ms(algorithm, shape, k, key_bytes, H100, &Tuning::default());
             queue_error += (predict(RowsAlgorithm::WarpSelect) / queue_ms - 1.0).powi(2);
             radix_error += (predict(RowsAlgorithm::RadixSelect) / radix_ms - 1.0).powi(2);
             let chosen = if predict(RowsAlgorithm::RadixSelect) < predict(RowsAlgorithm::WarpSelect) {
@@ -1000,18 +985,27 @@ mod tests {
 
     #[test]
     fn radix_splits_only_few_long_dense_rows() {
-        if std::env::var_os("GPU_SELECT_ROWS_RADIX_PARTS").is_some() {
-            return; // the measurement hook decides
-        }
-        assert_eq!(radix_blocks_per_row(rows(10_000, 128_000), 1000, 132), 1);
-        assert_eq!(radix_blocks_per_row(rows(64, 131_072), 1024, 132), 4, "one wave of 256 blocks");
-        assert_eq!(radix_blocks_per_row(rows(1, 1 << 20), 2048, 132), 128);
-        assert_eq!(radix_blocks_per_row(rows(200, 1 << 20), 50, 132), 1);
-        assert_eq!(radix_blocks_per_row(rows(10_000, 1000), 100, 132), 1, "a warp per row");
-        assert_eq!(radix_blocks_per_row(rows(4, 9000), 300, 132), 1, "parts would be too short");
+        assert_eq!(radix_blocks_per_row(rows(10_000, 128_000), 1000, 132, &Tuning::default()), 1);
+        assert_eq!(
+            radix_blocks_per_row(rows(64, 131_072), 1024, 132, &Tuning::default()),
+            4,
+            "one wave of 256 blocks"
+        );
+        assert_eq!(radix_blocks_per_row(rows(1, 1 << 20), 2048, 132, &Tuning::default()), 128);
+        assert_eq!(radix_blocks_per_row(rows(200, 1 << 20), 50, 132, &Tuning::default()), 1);
+        assert_eq!(
+            radix_blocks_per_row(rows(10_000, 1000), 100, 132, &Tuning::default()),
+            1,
+            "a warp per row"
+        );
+        assert_eq!(
+            radix_blocks_per_row(rows(4, 9000), 300, 132, &Tuning::default()),
+            1,
+            "parts would be too short"
+        );
         let offsets = [0, 100_000, 200_000];
         let ragged = Rows { host_offsets: Some(&offsets), ..rows(2, 100_000) };
-        assert_eq!(radix_blocks_per_row(ragged, 100, 132), 1);
+        assert_eq!(radix_blocks_per_row(ragged, 100, 132, &Tuning::default()), 1);
     }
 
     #[test]

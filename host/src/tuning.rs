@@ -1,0 +1,73 @@
+//! Tuning values: the launch-shape choices that measurements made, as one value a [`Gpu`]
+//! handle carries, so that a benchmark sweep can try others ([`Gpu::with_tuning`]) without
+//! the library reading the environment.
+//!
+//! [`Gpu`]: crate::Gpu
+//! [`Gpu::with_tuning`]: crate::Gpu::with_tuning
+
+use crate::gpu::DeviceLimits;
+
+/// The kernel family [`RowsAlgorithm::Auto`](crate::RowsAlgorithm::Auto) runs when
+/// [`Tuning::rows_auto_kernel`] forces one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowsKernelFamily {
+    /// Warp queues (WarpSelect, BlockSelect).
+    WarpSelect,
+    /// Radix selection per row.
+    RadixSelect,
+}
+
+/// Launch-shape choices, the defaults as measured on an H100 (runs recorded in
+/// `docs/results/README.md`); [`Tuning::for_device`] gives them, and every handle starts with
+/// them. Changing one changes speed, never results: the tests pass with any value.
+///
+/// ```
+/// use gpu_select::{Gpu, Tuning};
+///
+/// let gpu = Gpu::emulator();
+/// assert_eq!(*gpu.tuning(), Tuning::for_device(gpu.limits()));
+/// let sweep = gpu.with_tuning(Tuning { bitonic_tight_bound: false, ..*gpu.tuning() });
+/// assert!(!sweep.tuning().bitonic_tight_bound);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tuning {
+    /// Blocks per multiprocessor of a bitonic or heap top-k's pass (4).
+    pub top_k_blocks_per_sm: u32,
+    /// Tiles a block of a later top-k pass reduces, so that each pass shrinks the candidates
+    /// a lot (8).
+    pub top_k_tiles_per_block_later: u64,
+    /// Whether the bitonic top-k prunes with the tight bound from its sample (and a second
+    /// chain when the bound proves too tight); off, the bound is the sample's `k`-th best.
+    pub bitonic_tight_bound: bool,
+    /// What [`RowsAlgorithm::Auto`](crate::RowsAlgorithm::Auto) runs: `None` for the cost
+    /// model's choice, else this family (a measurement hook for the cost model's sweeps).
+    pub rows_auto_kernel: Option<RowsKernelFamily>,
+    /// Rows with warp queues: `Some(true)` gives each warp a row of its own, `Some(false)`
+    /// four warps a row; `None` decides by the shape.
+    pub rows_warp_per_row: Option<bool>,
+    /// Radix rows: the parts a long dense row is split into (at most `cols / k`); `None`
+    /// decides by the shape.
+    pub rows_radix_parts: Option<u64>,
+}
+
+impl Tuning {
+    /// The values for a device. Only sm_90 GPUs (H100, H200) have been measured so far, so
+    /// today every device gets their values; what does depend on the device (grids of one
+    /// wave, blocks per multiprocessor) scales with its multiprocessor count at launch.
+    pub fn for_device(_limits: &DeviceLimits) -> Self {
+        Self::default()
+    }
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning {
+            top_k_blocks_per_sm: 4,
+            top_k_tiles_per_block_later: 8,
+            bitonic_tight_bound: true,
+            rows_auto_kernel: None,
+            rows_warp_per_row: None,
+            rows_radix_parts: None,
+        }
+    }
+}
