@@ -9,10 +9,10 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput};
+use gpu_select::diagnostics::{queue_read_pass, read_pass};
 use gpu_select::{
-    Algorithm, BackendKind, DeviceBuffer, Gpu, InputFilter, KeyTransform, Order, RowsAlgorithm,
-    RowsKernelFamily, SampleSelectPolicy, SelectAlgorithm, SelectKey, SelectOptions, TopK, TopKFusion,
-    TopKOptions, Tuning,
+    Algorithm, BackendKind, DeviceBuffer, Gpu, InputFilter, KeyTransform, Keys, Order, RowsKernelFamily,
+    SampleSelectPolicy, SelectAlgorithm, SelectKey, SelectOptions, TopK, TopKOptions, TopKPlan, Tuning,
 };
 
 /// One measured case of the summary.
@@ -72,9 +72,9 @@ fn uniform_f32(n: usize, seed: u64) -> Vec<f32> {
 /// filter on the command line never leaves a case without its floor).
 fn read_floor(gpu: &Gpu, buffer: &DeviceBuffer<f32>) -> f64 {
     let mut scratch = gpu.alloc_zeroed::<u32>(1).unwrap();
-    gpu.read_pass(buffer, &mut scratch).unwrap();
+    read_pass(gpu, buffer, &mut scratch).unwrap();
     let mut samples = Samples::default();
-    timed(gpu, &mut samples, 50, || gpu.queue_read_pass(buffer, &scratch));
+    timed(gpu, &mut samples, 50, || queue_read_pass(gpu, buffer, &scratch));
     samples.median()
 }
 
@@ -98,7 +98,12 @@ fn bench_sort<K: SelectKey>(
     group.bench_function(BenchmarkId::from_parameter(&name), |b| {
         b.iter_custom(|iterations| {
             timed(gpu, &mut samples, iterations, || {
-                gpu.sort_segments_into(keys, segment_len, Order::Largest, &mut sorted)
+                gpu.sort_segments_into(
+                    keys,
+                    segment_len,
+                    Order::Largest,
+                    (&mut sorted.keys, &mut sorted.indices),
+                )
             })
         })
     });
@@ -124,8 +129,8 @@ fn bench_top_k<K: SelectKey>(
     cases: &mut Vec<Case>,
 ) {
     let n = data.len();
-    let bytes = gpu.top_k_workspace_bytes::<K>(n, k, &options).unwrap();
-    let mut workspace = gpu.alloc_zeroed::<u8>(bytes).unwrap();
+    let plan = gpu.plan_top_k(&Keys::new(data), k, &options).unwrap();
+    let mut workspace = gpu.alloc_zeroed::<u8>(plan.workspace_bytes()).unwrap();
     let mut out =
         TopK { values: gpu.alloc_zeroed::<K>(k).unwrap(), indices: gpu.alloc_zeroed::<u64>(k).unwrap() };
     let algorithm = match options.algorithm {
@@ -140,31 +145,33 @@ fn bench_top_k<K: SelectKey>(
     };
     let sorted = if options.sorted { "" } else { " unsorted" };
     let name = format!("{algorithm}{sorted} {} n=2^{} k={k} {label}", K::NAME, n.trailing_zeros());
-    let predicted_ms = gpu.top_k_predicted_ms::<K>(n, k, options.algorithm);
+    let predicted_ms = plan.predicted_ms();
     record_top_k_case(criterion, gpu, data, name, (floor_ms, predicted_ms), cases, || {
-        gpu.top_k_into(data, k, &options, &mut workspace, &mut out)
+        gpu.top_k_into(&plan, data, &mut out, &mut workspace)
     });
 }
 
-/// The bitonic top-k with a fused filter and transform (`top_k_fused_into`), named
-/// `bitonic fused-<label>` so that it sits next to the plain bitonic top-k of the same data.
+/// The bitonic top-k with a fused filter and transform (`Keys::with_filter`,
+/// `Keys::with_transform`), named `bitonic fused-<label>` so that it sits next to the plain
+/// bitonic top-k of the same data.
 fn bench_top_k_fused(
     criterion: &mut Criterion,
     gpu: &Gpu,
     data: &DeviceBuffer<f32>,
-    (k, label, fusion): (usize, &str, &TopKFusion<'_, f32>),
+    (k, label, (filter, transform)): (usize, &str, (InputFilter<'_, f32>, KeyTransform<f32>)),
     floor_ms: f64,
     cases: &mut Vec<Case>,
 ) {
     let n = data.len();
     let options = TopKOptions::new(Order::Largest);
-    let bytes = gpu.top_k_fused_workspace_bytes::<f32>(n, k, &options).unwrap();
-    let mut workspace = gpu.alloc_zeroed::<u8>(bytes).unwrap();
+    let keys = || Keys::new(data).with_filter(filter).with_transform(transform);
+    let plan = gpu.plan_top_k(&keys(), k, &options).unwrap();
+    let mut workspace = gpu.alloc_zeroed::<u8>(plan.workspace_bytes()).unwrap();
     let mut out =
         TopK { values: gpu.alloc_zeroed::<f32>(k).unwrap(), indices: gpu.alloc_zeroed::<u64>(k).unwrap() };
     let name = format!("bitonic fused-{label} f32 n=2^{} k={k} uniform", n.trailing_zeros());
     record_top_k_case(criterion, gpu, data, name, (floor_ms, None), cases, || {
-        gpu.top_k_fused_into(data, k, &options, fusion, &mut workspace, &mut out)
+        gpu.top_k_into(&plan, keys(), &mut out, &mut workspace)
     });
 }
 
@@ -208,8 +215,8 @@ fn bench_select<K: SelectKey>(
     cases: &mut Vec<Case>,
 ) {
     let n = data.len();
-    let bytes = gpu.select_workspace_bytes::<K>(n, &options).unwrap();
-    let mut workspace = gpu.alloc_zeroed::<u8>(bytes).unwrap();
+    let plan = gpu.plan_select::<K>(n, &options).unwrap();
+    let mut workspace = gpu.alloc_zeroed::<u8>(plan.workspace_bytes()).unwrap();
     let algorithm = match options.algorithm {
         SelectAlgorithm::QuickSelect => "quick",
         SelectAlgorithm::SampleSelect => "sample",
@@ -232,7 +239,7 @@ fn bench_select<K: SelectKey>(
     group.bench_function(BenchmarkId::from_parameter(&name), |b| {
         b.iter_custom(|iterations| {
             timed(gpu, &mut samples, iterations, || {
-                gpu.select_into(data, k, &options, &mut workspace).map(|_| ())
+                gpu.select_into(&plan, data, k, &mut workspace).map(|_| ())
             })
         })
     });
@@ -260,11 +267,12 @@ fn bench_select_approx(
     cases: &mut Vec<Case>,
 ) {
     let n = data.len();
-    let policy = SampleSelectPolicy { window_count, ..SampleSelectPolicy::for_device(gpu) };
-    let options = SelectOptions::default().with_policy(policy);
+    let policy = SampleSelectPolicy { window_count, ..SampleSelectPolicy::for_device(gpu.limits()) };
+    let options =
+        SelectOptions::default().with_policy(policy).with_algorithm(SelectAlgorithm::Approximate { buckets });
     // As the exact cases: one workspace, allocated before the timing.
-    let bytes = gpu.select_approx_workspace_bytes::<f32>(n, buckets, &options).unwrap();
-    let mut workspace = gpu.alloc_zeroed::<u8>(bytes).unwrap();
+    let plan = gpu.plan_select::<f32>(n, &options).unwrap();
+    let mut workspace = gpu.alloc_zeroed::<u8>(plan.workspace_bytes()).unwrap();
     let mut state = 99u64;
     let ranks: Vec<usize> = (0..20)
         .map(|_| {
@@ -272,12 +280,8 @@ fn bench_select_approx(
             ((state >> 11) % n as u64) as usize
         })
         .collect();
-    let error_sum: f64 = ranks
-        .iter()
-        .map(|&k| {
-            gpu.select_approx_with(data, k, buckets, &options).unwrap().error(k as u64) as f64 / n as f64
-        })
-        .sum();
+    let error_sum: f64 =
+        ranks.iter().map(|&k| gpu.select(data, k, &options).unwrap().error(k as u64) as f64 / n as f64).sum();
     let mean_error = error_sum / 20.0;
     let label = format!(
         "approx f32 n=2^{} buckets={buckets}{} (mean rank error over 20 ranks {:.4} %)",
@@ -295,11 +299,11 @@ fn bench_select_approx(
             b.iter_custom(|iterations| {
                 timed(gpu, &mut samples, iterations, || {
                     if all_ranks {
-                        ranks.iter().try_for_each(|&k| {
-                            gpu.select_approx_into(data, k, buckets, &options, &mut workspace).map(|_| ())
-                        })
+                        ranks
+                            .iter()
+                            .try_for_each(|&k| gpu.select_into(&plan, data, k, &mut workspace).map(|_| ()))
                     } else {
-                        gpu.select_approx_into(data, n / 2, buckets, &options, &mut workspace).map(|_| ())
+                        gpu.select_into(&plan, data, n / 2, &mut workspace).map(|_| ())
                     }
                 })
             })
@@ -339,7 +343,7 @@ fn bench_selection(
         bench_select_approx(criterion, gpu, keys, approx, floor_ms, cases);
     }
     eprintln!("select: SampleSelect top-k");
-    let default = SampleSelectPolicy::for_device(gpu);
+    let default = SampleSelectPolicy::for_device(gpu.limits());
     let sample_top_k = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::SampleSelect);
     let levels_only = sample_top_k.with_policy(SampleSelectPolicy { bracket: false, ..default });
     for (k, options, label) in [
@@ -398,19 +402,21 @@ fn bench_selection_duplicates(
     }
 }
 
-/// The workspace and outputs of `top_k_rows_into` for a `rows × cols` matrix of `K`,
-/// allocated once per case (as torch's caching allocator serves `torch.topk`).
+/// The plan, workspace and outputs of a top-k of every row of a `rows × cols` matrix of `K`,
+/// made once per case (as torch's caching allocator serves `torch.topk`).
 fn rows_buffers<K: SelectKey>(
     gpu: &Gpu,
+    matrix: &DeviceBuffer<K>,
     (rows, cols, k): (usize, usize, usize),
     order: Order,
-) -> (DeviceBuffer<u8>, TopK<K>) {
-    let bytes = gpu.top_k_rows_workspace_bytes::<K>(rows, cols, k, order).unwrap();
+) -> (TopKPlan<K>, DeviceBuffer<u8>, TopK<K>) {
+    let plan = gpu.plan_top_k(&Keys::rows(matrix, rows, cols), k, &TopKOptions::new(order)).unwrap();
     let out = TopK {
         values: gpu.alloc_zeroed::<K>(rows * k).unwrap(),
         indices: gpu.alloc_zeroed(rows * k).unwrap(),
     };
-    (gpu.alloc_zeroed::<u8>(bytes).unwrap(), out)
+    let workspace = gpu.alloc_zeroed::<u8>(plan.workspace_bytes()).unwrap();
+    (plan, workspace, out)
 }
 
 /// Batched top-k of a `rows × cols` matrix (`top_k_rows_into`).
@@ -434,13 +440,13 @@ fn bench_rows(
     let name = format!("f32 {rows}x{cols} k={k} {order:?}{algorithm}{layout}{parts}");
     let mut samples = Samples::default();
     // The workspace form.
-    let (mut workspace, mut out) = rows_buffers::<f32>(gpu, (rows, cols, k), order);
+    let (plan, mut workspace, mut out) = rows_buffers::<f32>(gpu, matrix, (rows, cols, k), order);
     let mut group = criterion.benchmark_group("top_k_rows");
     group.throughput(Throughput::Bytes(matrix.bytes() as u64));
     group.bench_function(BenchmarkId::from_parameter(&name), |b| {
         b.iter_custom(|iterations| {
             timed(gpu, &mut samples, iterations, || {
-                gpu.top_k_rows_into(matrix, rows, cols, k, order, &mut workspace, &mut out)
+                gpu.top_k_into(&plan, Keys::rows(matrix, rows, cols), &mut out, &mut workspace)
             })
         })
     });
@@ -452,7 +458,7 @@ fn bench_rows(
         bytes: matrix.bytes() as u64,
         median_ms: samples.median(),
         floor_ms,
-        predicted_ms: gpu.top_k_rows_predicted_ms::<f32>(rows, cols, k, RowsAlgorithm::Auto),
+        predicted_ms: plan.predicted_ms(),
     });
 }
 
@@ -534,15 +540,15 @@ fn sweep_rows<K: SelectKey>(
     let algorithm = std::env::var("GPU_SELECT_ROWS_ALGORITHM").unwrap_or_else(|_| "auto".to_string());
     for k in SWEEP_KS.into_iter().filter(|&k| k <= cols) {
         let order = Order::Smallest;
-        let (mut workspace, mut out) = rows_buffers::<K>(gpu, (rows, cols, k), order);
-        let mut run = || gpu.top_k_rows_into(matrix, rows, cols, k, order, &mut workspace, &mut out);
+        let (plan, mut workspace, mut out) = rows_buffers::<K>(gpu, matrix, (rows, cols, k), order);
+        let mut run = || gpu.top_k_into(&plan, Keys::rows(matrix, rows, cols), &mut out, &mut workspace);
         for _ in 0..2 {
             run().unwrap();
         }
         let mut samples = Samples::default();
         timed(gpu, &mut samples, 10, &mut run);
         let median_ms = samples.median();
-        let predicted = gpu.top_k_rows_predicted_ms::<K>(rows, cols, k, RowsAlgorithm::Auto);
+        let predicted = plan.predicted_ms();
         eprintln!("sweep {} {rows}x{cols} k={k} {algorithm}: {median_ms:.4} ms", K::NAME);
         let _ = writeln!(
             csv,
@@ -613,20 +619,20 @@ fn top_k_sweep(gpu: &Gpu) {
         for k in TOP_K_SWEEP_KS {
             for (name, algorithm) in algorithms {
                 let options = TopKOptions::new(Order::Largest).with_algorithm(algorithm);
-                let Ok(bytes) = gpu.top_k_workspace_bytes::<f32>(n, k, &options) else { continue };
-                let mut workspace = gpu.alloc_zeroed::<u8>(bytes).unwrap();
+                let Ok(plan) = gpu.plan_top_k(&Keys::new(&keys), k, &options) else { continue };
+                let mut workspace = gpu.alloc_zeroed::<u8>(plan.workspace_bytes()).unwrap();
                 let mut out = TopK {
                     values: gpu.alloc_zeroed::<f32>(k).unwrap(),
                     indices: gpu.alloc_zeroed::<u64>(k).unwrap(),
                 };
-                let mut run = || gpu.top_k_into(&keys, k, &options, &mut workspace, &mut out);
+                let mut run = || gpu.top_k_into(&plan, &keys, &mut out, &mut workspace);
                 for _ in 0..2 {
                     run().unwrap();
                 }
                 let mut samples = Samples::default();
                 timed(gpu, &mut samples, 10, &mut run);
                 let median_ms = samples.median();
-                let predicted = gpu.top_k_predicted_ms::<f32>(n, k, algorithm);
+                let predicted = plan.predicted_ms();
                 eprintln!("topk-sweep f32 n=2^{log_n} k={k} {name}: {median_ms:.4} ms");
                 let _ = writeln!(
                     csv,
@@ -677,32 +683,34 @@ fn convenience(gpu: &Gpu) {
         let data = gpu.upload(&uniform_f32(n, 5 + log_n as u64)).unwrap();
         for k in [1usize, 32, 262_144].into_iter().filter(|&k| k <= n / 4) {
             let options = TopKOptions::new(Order::Largest);
-            let bytes = gpu.top_k_workspace_bytes::<f32>(n, k, &options).unwrap();
-            let mut workspace = gpu.alloc_zeroed::<u8>(bytes).unwrap();
+            let plan = gpu.plan_top_k(&Keys::new(&data), k, &options).unwrap();
+            let mut workspace = gpu.alloc_zeroed::<u8>(plan.workspace_bytes()).unwrap();
             let mut out = TopK {
                 values: gpu.alloc_zeroed::<f32>(k).unwrap(),
                 indices: gpu.alloc_zeroed::<u64>(k).unwrap(),
             };
-            let convenient = wall_ms(gpu, 50, || gpu.top_k(&data, k, Order::Largest).map(drop));
-            let into = wall_ms(gpu, 50, || gpu.top_k_into(&data, k, &options, &mut workspace, &mut out));
+            let convenient = wall_ms(gpu, 50, || gpu.top_k(&data, k, &options).map(drop));
+            let into = wall_ms(gpu, 50, || gpu.top_k_into(&plan, &data, &mut out, &mut workspace));
             print(&format!("top_k n=2^{log_n} k={k}"), convenient, into);
         }
         for rank in [n / 2, n / 100] {
             let options = SelectOptions::default();
-            let bytes = gpu.select_workspace_bytes::<f32>(n, &options).unwrap();
-            let mut workspace = gpu.alloc_zeroed::<u8>(bytes).unwrap();
-            let convenient = wall_ms(gpu, 50, || gpu.select(&data, rank).map(drop));
-            let into = wall_ms(gpu, 50, || gpu.select_into(&data, rank, &options, &mut workspace).map(drop));
+            let plan = gpu.plan_select::<f32>(n, &options).unwrap();
+            let mut workspace = gpu.alloc_zeroed::<u8>(plan.workspace_bytes()).unwrap();
+            let convenient = wall_ms(gpu, 50, || gpu.select(&data, rank, &options).map(drop));
+            let into = wall_ms(gpu, 50, || gpu.select_into(&plan, &data, rank, &mut workspace).map(drop));
             print(&format!("select n=2^{log_n} rank={rank}"), convenient, into);
         }
     }
     for (rows, cols, k) in [(16usize, 1024usize, 8usize), (10_000, 1000, 100), (64, 131_072, 50)] {
         let matrix = gpu.upload(&uniform_f32(rows * cols, 17)).unwrap();
-        let (mut workspace, mut out) = rows_buffers::<f32>(gpu, (rows, cols, k), Order::Largest);
+        let (plan, mut workspace, mut out) =
+            rows_buffers::<f32>(gpu, &matrix, (rows, cols, k), Order::Largest);
+        let options = TopKOptions::largest();
         let convenient =
-            wall_ms(gpu, 50, || gpu.top_k_rows(&matrix, rows, cols, k, Order::Largest).map(drop));
+            wall_ms(gpu, 50, || gpu.top_k(Keys::rows(&matrix, rows, cols), k, &options).map(drop));
         let into = wall_ms(gpu, 50, || {
-            gpu.top_k_rows_into(&matrix, rows, cols, k, Order::Largest, &mut workspace, &mut out)
+            gpu.top_k_into(&plan, Keys::rows(&matrix, rows, cols), &mut out, &mut workspace)
         });
         print(&format!("top_k_rows {rows}x{cols} k={k}"), convenient, into);
     }
@@ -819,7 +827,7 @@ fn emulator_demo(reason: &str) {
     let sorted_keys = gpu.download(&sorted.keys).unwrap();
     println!("sorted 8 segments of 256 f32 keys, largest first, in {ms:.1} ms (emulated)");
     println!("segment 0 starts {:?}", &sorted_keys[..4]);
-    let (top, ms) = gpu.time_ms(|| gpu.top_k(&device_keys, 5, Order::Largest)).unwrap();
+    let (top, ms) = gpu.time_ms(|| gpu.top_k(&device_keys, 5, &TopKOptions::largest())).unwrap();
     println!(
         "top 5 of {} keys in {ms:.1} ms (emulated): {:?} at {:?}",
         keys.len(),
@@ -827,16 +835,15 @@ fn emulator_demo(reason: &str) {
         gpu.download(&top.indices).unwrap()
     );
     // The same keys, filtered inside the top-k's kernels: the largest up to 0.9.
-    let below = TopKFusion::default().with_filter(InputFilter::Range { low: f32::NEG_INFINITY, high: 0.9 });
-    let options = TopKOptions::new(Order::Largest);
-    let (top, ms) = gpu.time_ms(|| gpu.top_k_fused(&device_keys, 3, &options, &below)).unwrap();
+    let below = Keys::new(&device_keys).with_filter(InputFilter::Range { low: f32::NEG_INFINITY, high: 0.9 });
+    let (top, ms) = gpu.time_ms(|| gpu.top_k(below, 3, &TopKOptions::largest())).unwrap();
     println!(
         "top 3 of the keys up to 0.9 (fused range filter) in {ms:.1} ms (emulated): {:?} at {:?}",
         gpu.download(&top.values).unwrap(),
         gpu.download(&top.indices).unwrap()
     );
     let mut scratch = gpu.alloc_zeroed::<u32>(1).unwrap();
-    let max_bits = gpu.read_pass(&device_keys, &mut scratch).unwrap();
+    let max_bits = read_pass(&gpu, &device_keys, &mut scratch).unwrap();
     println!(
         "read pass over {} bytes: largest word {max_bits:#x} = {}",
         device_keys.bytes(),
@@ -848,7 +855,7 @@ fn emulator_demo(reason: &str) {
 /// environment (the benchmark reads these variables; the library reads none):
 /// `GPU_SELECT_TOPK_BLOCKS_PER_SM`, `GPU_SELECT_TOPK_TILES_PER_BLOCK_LATER`,
 /// `GPU_SELECT_BITONIC_TIGHT_BOUND=0`, `GPU_SELECT_ROWS_ALGORITHM` (`warp-select`,
-/// `radix-select`: what `RowsAlgorithm::Auto` runs), `GPU_SELECT_ROWS_WARPS_PER_ROW` (`1`
+/// `radix-select`: what `Algorithm::Auto` runs on rows), `GPU_SELECT_ROWS_WARPS_PER_ROW` (`1`
 /// or `4`) and `GPU_SELECT_ROWS_RADIX_PARTS`.
 fn tuning_from_env(gpu: &Gpu) -> Tuning {
     fn number<T: std::str::FromStr>(name: &str) -> Option<T> {
@@ -963,20 +970,12 @@ fn main() {
             // than k: every chain runs, the worst case).
             let mask = gpu.upload(&(0..n).map(|i| (i % 2) as u8).collect::<Vec<u8>>()).unwrap();
             let fusions = [
-                ("magnitude", TopKFusion::default().with_transform(KeyTransform::Magnitude)),
-                ("range", TopKFusion::default().with_filter(InputFilter::Range { low: 0.25, high: 0.75 })),
-                (
-                    "empty-range",
-                    TopKFusion::default().with_filter(InputFilter::Range { low: 2.0, high: 3.0 }),
-                ),
-                (
-                    "mask-magnitude",
-                    TopKFusion::default()
-                        .with_filter(InputFilter::Mask(&mask))
-                        .with_transform(KeyTransform::Magnitude),
-                ),
+                ("magnitude", (InputFilter::All, KeyTransform::Magnitude)),
+                ("range", (InputFilter::Range { low: 0.25, high: 0.75 }, KeyTransform::Identity)),
+                ("empty-range", (InputFilter::Range { low: 2.0, high: 3.0 }, KeyTransform::Identity)),
+                ("mask-magnitude", (InputFilter::Mask(&mask), KeyTransform::Magnitude)),
             ];
-            for (label, fusion) in &fusions {
+            for &(label, fusion) in &fusions {
                 for k in [32, 1024] {
                     step += 1;
                     eprintln!("[{step}/{total}] top_k f32 n=2^{log_n} k={k} fused {label}");

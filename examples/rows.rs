@@ -7,7 +7,7 @@
 
 use std::time::Instant;
 
-use gpu_select::{BackendKind, Gpu, Order, reference};
+use gpu_select::{BackendKind, Gpu, Keys, Order, TopKOptions, reference};
 use rand::{RngExt, SeedableRng, rngs::StdRng};
 
 fn main() -> gpu_select::Result<()> {
@@ -32,7 +32,7 @@ fn main() -> gpu_select::Result<()> {
     let mut top = None;
     for _ in 0..2 {
         let started = Instant::now();
-        let result = gpu.top_k_rows(&data, batch, vocabulary, k, Order::Largest)?;
+        let result = gpu.top_k(Keys::rows(&data, batch, vocabulary), k, &TopKOptions::largest())?;
         gpu.synchronize()?;
         calls_ms.push(started.elapsed().as_secs_f64() * 1e3);
         top = Some(result);

@@ -7,7 +7,7 @@
 
 use std::time::Instant;
 
-use gpu_select::{BackendKind, Gpu, Order, reference};
+use gpu_select::{BackendKind, Gpu, Order, SelectAlgorithm, SelectOptions, reference};
 use rand::{RngExt, SeedableRng, rngs::StdRng};
 
 fn main() -> gpu_select::Result<()> {
@@ -24,15 +24,17 @@ fn main() -> gpu_select::Result<()> {
     let data = gpu.upload(&keys)?;
     let (median_rank, p99_rank) = (n / 2, n * 99 / 100);
 
+    let exact = SelectOptions::default();
     let mut calls_ms = Vec::new();
     let mut median = 0.0;
     for _ in 0..2 {
         let started = Instant::now();
-        median = gpu.select(&data, median_rank)?;
+        median = gpu.select(&data, median_rank, &exact)?.value;
         calls_ms.push(started.elapsed().as_secs_f64() * 1e3);
     }
-    let p99 = gpu.select(&data, p99_rank)?;
-    let approx = gpu.select_approx(&data, median_rank, 1024)?;
+    let p99 = gpu.select(&data, p99_rank, &exact)?.value;
+    let approximate = exact.with_algorithm(SelectAlgorithm::Approximate { buckets: 1024 });
+    let approx = gpu.select(&data, median_rank, &approximate)?;
 
     println!("opened the device in {open_ms:.1} ms");
     let loads = if gpu.backend() == BackendKind::Cuda { " (loads the kernels)" } else { "" };

@@ -6,7 +6,7 @@
 
 use std::time::Instant;
 
-use gpu_select::{BackendKind, Gpu, Order, reference};
+use gpu_select::{BackendKind, Gpu, Order, TopKOptions, reference};
 use rand::{RngExt, SeedableRng, rngs::StdRng};
 
 fn main() -> gpu_select::Result<()> {
@@ -26,7 +26,7 @@ fn main() -> gpu_select::Result<()> {
     let mut top = None;
     for _ in 0..2 {
         let started = Instant::now();
-        let result = gpu.top_k(&data, k, Order::Largest)?;
+        let result = gpu.top_k(&data, k, &TopKOptions::largest())?;
         gpu.synchronize()?;
         calls_ms.push(started.elapsed().as_secs_f64() * 1e3);
         top = Some(result);

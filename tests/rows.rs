@@ -1,13 +1,13 @@
 //! Batched top-k (`top_k_rows`, `top_k_rows_ragged`) against the CPU oracle row by row:
 //! every key type, both orders, rows of different distributions in one batch, every queue
 //! size, k beyond the queues, rows split over several blocks, ragged rows (empty and shorter
-//! than k), and bad input; radix selection (`RowsAlgorithm::RadixSelect`) through the same
+//! than k), and bad input; radix selection (`Algorithm::RadixSelect`) through the same
 //! checks.
 
 mod common;
 
 use common::{DISTRIBUTIONS, TestKey, generate};
-use gpu_select::{Error, Gpu, Order, PADDING_INDEX, RowsAlgorithm, reference};
+use gpu_select::{Algorithm, Error, Gpu, Keys, Order, PADDING_INDEX, TopKOptions, reference};
 
 /// The oracle's first `k` of `row`, as (exact bits, index), padded as the library pads.
 fn expected_row<K: TestKey>(row: &[K], k: usize, order: Order) -> Vec<(u64, u64)> {
@@ -26,7 +26,7 @@ fn batch<K: TestKey>(rows: usize, cols: usize, seed: u64) -> Vec<K> {
 }
 
 fn check_dense<K: TestKey>(gpu: &Gpu, rows: usize, cols: usize, k: usize, order: Order) {
-    check_dense_with::<K>(gpu, rows, cols, k, order, RowsAlgorithm::Auto);
+    check_dense_with::<K>(gpu, rows, cols, k, order, Algorithm::Auto);
 }
 
 fn check_dense_with<K: TestKey>(
@@ -35,7 +35,7 @@ fn check_dense_with<K: TestKey>(
     cols: usize,
     k: usize,
     order: Order,
-    algorithm: RowsAlgorithm,
+    algorithm: Algorithm,
 ) {
     let data = batch::<K>(rows, cols, (rows * 7919 + cols * 31 + k) as u64);
     check_data::<K>(gpu, &data, rows, cols, k, order, algorithm);
@@ -49,10 +49,14 @@ fn check_data<K: TestKey>(
     cols: usize,
     k: usize,
     order: Order,
-    algorithm: RowsAlgorithm,
+    algorithm: Algorithm,
 ) {
     let top = gpu
-        .top_k_rows_with(&gpu.upload(data).unwrap(), rows, cols, k, order, algorithm)
+        .top_k(
+            Keys::rows(&gpu.upload(data).unwrap(), rows, cols),
+            k,
+            &TopKOptions::new(order).with_algorithm(algorithm),
+        )
         .unwrap_or_else(|e| panic!("{rows}×{cols} k={k} {algorithm:?}: {e}"));
     let (values, indices) = (gpu.download(&top.values).unwrap(), gpu.download(&top.indices).unwrap());
     for r in 0..rows {
@@ -114,7 +118,7 @@ fn check_all_dense<K: TestKey>() {
             check_dense::<K>(&gpu, rows, cols, k, order);
             if cols <= 1024 && k <= 256 {
                 // Auto may take a warp's radix selection here; the queues stay covered.
-                check_dense_with::<K>(&gpu, rows, cols, k, order, RowsAlgorithm::WarpSelect);
+                check_dense_with::<K>(&gpu, rows, cols, k, order, Algorithm::WarpSelect);
             }
         }
     }
@@ -157,16 +161,10 @@ fn large_queues_and_k_beyond_them() {
 }
 
 fn check_ragged<K: TestKey>(gpu: &Gpu, lens: &[usize], k: usize, order: Order) {
-    check_ragged_with::<K>(gpu, lens, k, order, RowsAlgorithm::Auto);
+    check_ragged_with::<K>(gpu, lens, k, order, Algorithm::Auto);
 }
 
-fn check_ragged_with<K: TestKey>(
-    gpu: &Gpu,
-    lens: &[usize],
-    k: usize,
-    order: Order,
-    algorithm: RowsAlgorithm,
-) {
+fn check_ragged_with<K: TestKey>(gpu: &Gpu, lens: &[usize], k: usize, order: Order, algorithm: Algorithm) {
     let rows: Vec<Vec<K>> = lens
         .iter()
         .enumerate()
@@ -178,12 +176,10 @@ fn check_ragged_with<K: TestKey>(
     }
     let data: Vec<K> = rows.concat();
     let top = gpu
-        .top_k_rows_ragged_with(
-            &gpu.upload(&data).unwrap(),
-            &gpu.upload(&offsets).unwrap(),
+        .top_k(
+            Keys::ragged(&gpu.upload(&data).unwrap(), &gpu.upload(&offsets).unwrap()),
             k,
-            order,
-            algorithm,
+            &TopKOptions::new(order).with_algorithm(algorithm),
         )
         .unwrap_or_else(|e| panic!("ragged k={k} {algorithm:?}: {e}"));
     let (values, indices) = (gpu.download(&top.values).unwrap(), gpu.download(&top.indices).unwrap());
@@ -262,13 +258,13 @@ fn radix_shapes(gpu: &Gpu) -> Vec<(usize, usize, usize)> {
     shapes
 }
 
-/// `RowsAlgorithm::RadixSelect` on every shape of `shapes`, both orders; the host picks the
+/// `Algorithm::RadixSelect` on every shape of `shapes`, both orders; the host picks the
 /// block or the warp kernel by the shape.
 fn check_radix<K: TestKey>(shapes: fn(&Gpu) -> Vec<(usize, usize, usize)>) {
     let gpu = common::gpu();
     for (rows, cols, k) in shapes(&gpu) {
         for order in [Order::Smallest, Order::Largest] {
-            check_dense_with::<K>(&gpu, rows, cols, k, order, RowsAlgorithm::RadixSelect);
+            check_dense_with::<K>(&gpu, rows, cols, k, order, Algorithm::RadixSelect);
         }
     }
 }
@@ -307,7 +303,7 @@ fn check_split_radix_row<K: TestKey>() {
         for (cols, k) in [(20_000, 100), (20_000, 1000), (40_000, 2048)] {
             let data = generate::<K>(cols, distribution, (d * 31 + k) as u64);
             for order in [Order::Smallest, Order::Largest] {
-                check_data::<K>(&gpu, &data, 1, cols, k, order, RowsAlgorithm::RadixSelect);
+                check_data::<K>(&gpu, &data, 1, cols, k, order, Algorithm::RadixSelect);
             }
         }
     }
@@ -342,7 +338,7 @@ fn radix_rows_whose_sample_misleads() {
                 row[i * cols / SAMPLE] = best;
             }
         }
-        check_data::<f32>(&gpu, &data, rows, cols, k, order, RowsAlgorithm::RadixSelect);
+        check_data::<f32>(&gpu, &data, rows, cols, k, order, Algorithm::RadixSelect);
     }
 }
 
@@ -401,8 +397,8 @@ fn warp_radix_ragged_rows() {
     let lens = [0, 1, 31, 1024, 0, 257, 1000, 64, 3, 512, 1023, 33];
     for order in [Order::Smallest, Order::Largest] {
         for k in [1, 40, 256] {
-            check_ragged_with::<f32>(&gpu, &lens, k, order, RowsAlgorithm::RadixSelect);
-            check_ragged_with::<i64>(&gpu, &lens, k, order, RowsAlgorithm::RadixSelect);
+            check_ragged_with::<f32>(&gpu, &lens, k, order, Algorithm::RadixSelect);
+            check_ragged_with::<i64>(&gpu, &lens, k, order, Algorithm::RadixSelect);
         }
     }
 }
@@ -417,14 +413,14 @@ fn radix_ragged_rows() {
     let lens = [0, 1, 31, 2049, 0, 257, 5000, 64, 3, 20_000, 2048];
     for order in [Order::Smallest, Order::Largest] {
         for k in [1, 300, 2048] {
-            check_ragged_with::<f32>(&gpu, &lens, k, order, RowsAlgorithm::RadixSelect);
-            check_ragged_with::<u64>(&gpu, &lens, k, order, RowsAlgorithm::RadixSelect);
+            check_ragged_with::<f32>(&gpu, &lens, k, order, Algorithm::RadixSelect);
+            check_ragged_with::<u64>(&gpu, &lens, k, order, Algorithm::RadixSelect);
         }
         for k in [600, 1024, 1025] {
-            check_ragged_with::<f32>(&gpu, &lens, k, order, RowsAlgorithm::RadixSelect);
+            check_ragged_with::<f32>(&gpu, &lens, k, order, Algorithm::RadixSelect);
         }
     }
-    check_ragged_with::<i32>(&gpu, &lens, 40, Order::Largest, RowsAlgorithm::WarpSelect);
+    check_ragged_with::<i32>(&gpu, &lens, 40, Order::Largest, Algorithm::WarpSelect);
 }
 
 #[test]
@@ -433,8 +429,9 @@ fn one_row_agrees_with_top_k() {
     let data = generate::<f32>(30_000, common::Distribution::Uniform, 9);
     let device = gpu.upload(&data).unwrap();
     for k in [1, 64, 700] {
-        let rows = gpu.top_k_rows(&device, 1, data.len(), k, Order::Largest).unwrap();
-        let whole = gpu.top_k(&device, k, Order::Largest).unwrap();
+        let rows =
+            gpu.top_k(Keys::rows(&device, 1, data.len()), k, &TopKOptions::new(Order::Largest)).unwrap();
+        let whole = gpu.top_k(&device, k, &TopKOptions::largest()).unwrap();
         assert_eq!(gpu.download(&rows.indices).unwrap(), gpu.download(&whole.indices).unwrap(), "k={k}");
     }
 }
@@ -445,28 +442,49 @@ fn bad_input_gives_clear_errors() {
     let data = gpu.upload(&[1.0f32; 12]).unwrap();
     let invalid = |result: Result<_, Error>| matches!(result, Err(Error::InvalidArgument { .. }));
     let k_out_of_range = |result: Result<_, Error>| matches!(result, Err(Error::KOutOfRange { .. }));
-    assert!(k_out_of_range(gpu.top_k_rows(&data, 3, 4, 0, Order::Smallest)));
-    assert!(k_out_of_range(gpu.top_k_rows(&data, 3, 4, 5, Order::Smallest)));
-    assert!(matches!(gpu.top_k_rows(&data, 0, 4, 1, Order::Smallest), Err(Error::EmptyInput)));
-    assert!(matches!(gpu.top_k_rows(&data, 3, 0, 1, Order::Smallest), Err(Error::EmptyInput)));
-    assert!(matches!(gpu.top_k_rows(&data, 4, 4, 1, Order::Smallest), Err(Error::LengthMismatch { .. })));
+    assert!(k_out_of_range(gpu.top_k(Keys::rows(&data, 3, 4), 0, &TopKOptions::new(Order::Smallest))));
+    assert!(k_out_of_range(gpu.top_k(Keys::rows(&data, 3, 4), 5, &TopKOptions::new(Order::Smallest))));
     assert!(matches!(
-        gpu.top_k_rows_host(&[1u32; 10], 4, 1, Order::Smallest),
+        gpu.top_k(Keys::rows(&data, 0, 4), 1, &TopKOptions::new(Order::Smallest)),
+        Err(Error::EmptyInput)
+    ));
+    assert!(matches!(
+        gpu.top_k(Keys::rows(&data, 3, 0), 1, &TopKOptions::new(Order::Smallest)),
+        Err(Error::EmptyInput)
+    ));
+    assert!(matches!(
+        gpu.top_k(Keys::rows(&data, 4, 4), 1, &TopKOptions::new(Order::Smallest)),
+        Err(Error::LengthMismatch { .. })
+    ));
+    assert!(matches!(
+        gpu.top_k_host(&[1u32; 10], 4, 1, &TopKOptions::new(Order::Smallest)),
         Err(Error::InvalidArgument { .. })
     ));
 
     let offsets = |values: &[u64]| gpu.upload(values).unwrap();
     assert!(matches!(
-        gpu.top_k_rows_ragged(&data, &offsets(&[0]), 1, Order::Smallest),
+        gpu.top_k(Keys::ragged(&data, &offsets(&[0])), 1, &TopKOptions::new(Order::Smallest)),
         Err(Error::EmptyInput)
     ));
-    assert!(invalid(gpu.top_k_rows_ragged(&data, &offsets(&[0, 5, 3]), 1, Order::Smallest)));
-    assert!(invalid(gpu.top_k_rows_ragged(&data, &offsets(&[0, 5, 13]), 1, Order::Smallest)));
-    assert!(k_out_of_range(gpu.top_k_rows_ragged(&data, &offsets(&[0, 12]), 0, Order::Smallest)));
+    assert!(invalid(gpu.top_k(
+        Keys::ragged(&data, &offsets(&[0, 5, 3])),
+        1,
+        &TopKOptions::new(Order::Smallest)
+    )));
+    assert!(invalid(gpu.top_k(
+        Keys::ragged(&data, &offsets(&[0, 5, 13])),
+        1,
+        &TopKOptions::new(Order::Smallest)
+    )));
+    assert!(k_out_of_range(gpu.top_k(
+        Keys::ragged(&data, &offsets(&[0, 12])),
+        0,
+        &TopKOptions::new(Order::Smallest)
+    )));
 }
 
-/// The workspace form: sized by the query, reused across calls of different shapes, and
-/// checked (short workspace, wrong output lengths).
+/// The plan form: sized by the plan, one workspace reused across plans of different
+/// shapes, and checked (short workspace, wrong output lengths, another shape).
 #[test]
 fn caller_workspace_and_outputs() {
     let gpu = common::gpu();
@@ -474,23 +492,28 @@ fn caller_workspace_and_outputs() {
     // needed), then many short rows, then k beyond the queues, all through one workspace
     // sized for the largest.
     let shapes = [(1, 40_000, 40), (50, 300, 7), (2, 2600, 2049)];
-    let bytes = shapes
+    let matrices: Vec<_> =
+        shapes.iter().map(|&(rows, cols, _)| gpu.upload(&batch::<f32>(rows, cols, 77)).unwrap()).collect();
+    let plans: Vec<_> = shapes
         .iter()
-        .map(|&(rows, cols, k)| gpu.top_k_rows_workspace_bytes::<f32>(rows, cols, k, Order::Largest).unwrap())
-        .max()
-        .unwrap();
-    assert!(gpu.top_k_rows_workspace_bytes::<f32>(1, 40_000, 40, Order::Largest).unwrap() > 0);
-    assert_eq!(gpu.top_k_rows_workspace_bytes::<f32>(50, 300, 7, Order::Largest).unwrap(), 0);
+        .zip(&matrices)
+        .map(|(&(rows, cols, k), matrix)| {
+            gpu.plan_top_k(&Keys::rows(matrix, rows, cols), k, &TopKOptions::largest()).unwrap()
+        })
+        .collect();
+    assert!(plans[0].workspace_bytes() > 0);
+    assert_eq!(plans[1].workspace_bytes(), 0);
+    let bytes = plans.iter().map(|plan| plan.workspace_bytes()).max().unwrap();
     let mut workspace = gpu.alloc_zeroed::<u8>(bytes).unwrap();
-    for (rows, cols, k) in shapes {
-        let data = batch::<f32>(rows, cols, 77);
-        let matrix = gpu.upload(&data).unwrap();
+    for ((&(rows, cols, k), matrix), plan) in shapes.iter().zip(&matrices).zip(&plans) {
+        assert_eq!(plan.outputs(), rows * k);
         let mut out = gpu_select::TopK {
             values: gpu.alloc_zeroed::<f32>(rows * k).unwrap(),
             indices: gpu.alloc_zeroed::<u64>(rows * k).unwrap(),
         };
-        gpu.top_k_rows_into(&matrix, rows, cols, k, Order::Largest, &mut workspace, &mut out).unwrap();
+        gpu.top_k_into(plan, Keys::rows(matrix, rows, cols), &mut out, &mut workspace).unwrap();
         let (values, indices) = (gpu.download(&out.values).unwrap(), gpu.download(&out.indices).unwrap());
+        let data = gpu.download(matrix).unwrap();
         for (r, row) in data.chunks(cols).enumerate() {
             let got: Vec<(u64, u64)> =
                 (r * k..(r + 1) * k).map(|i| (values[i].exact(), indices[i])).collect();
@@ -499,28 +522,29 @@ fn caller_workspace_and_outputs() {
     }
 
     let matrix = gpu.upload(&batch::<f32>(1, 40_000, 5)).unwrap();
-    let needed = gpu.top_k_rows_workspace_bytes::<f32>(1, 40_000, 40, Order::Smallest).unwrap();
+    let keys = || Keys::rows(&matrix, 1, 40_000);
+    let plan = gpu.plan_top_k(&keys(), 40, &TopKOptions::smallest()).unwrap();
+    let needed = plan.workspace_bytes();
     let mut short = gpu.alloc_zeroed::<u8>(needed - 1).unwrap();
     let mut out = gpu_select::TopK {
         values: gpu.alloc_zeroed::<f32>(40).unwrap(),
         indices: gpu.alloc_zeroed::<u64>(40).unwrap(),
     };
-    let mismatch = |result: Result<(), Error>| matches!(result, Err(Error::LengthMismatch { .. }));
     assert!(matches!(
-        gpu.top_k_rows_into(&matrix, 1, 40_000, 40, Order::Smallest, &mut short, &mut out),
+        gpu.top_k_into(&plan, keys(), &mut out, &mut short),
         Err(Error::WorkspaceTooSmall { needed: n, given: g }) if n == needed && g == needed - 1
     ));
     let mut wrong = gpu_select::TopK {
         values: gpu.alloc_zeroed::<f32>(40).unwrap(),
         indices: gpu.alloc_zeroed::<u64>(39).unwrap(),
     };
-    assert!(mismatch(gpu.top_k_rows_into(
-        &matrix,
-        1,
-        40_000,
-        40,
-        Order::Smallest,
-        &mut workspace,
-        &mut wrong
-    )));
+    assert!(matches!(
+        gpu.top_k_into(&plan, keys(), &mut wrong, &mut workspace),
+        Err(Error::LengthMismatch { .. })
+    ));
+    // Another shape than planned: refused.
+    assert!(matches!(
+        gpu.top_k_into(&plan, Keys::rows(&matrix, 2, 20_000), &mut out, &mut workspace),
+        Err(Error::InvalidArgument { .. })
+    ));
 }

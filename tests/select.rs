@@ -11,6 +11,11 @@ use gpu_select::{
     reference,
 };
 
+/// `options` with approximate selection of `buckets` buckets.
+fn approximate(buckets: usize, options: &SelectOptions) -> SelectOptions {
+    options.with_algorithm(SelectAlgorithm::Approximate { buckets })
+}
+
 /// The oracle: the key of rank `k` in `order`, as ordered bits (every NaN alike: a
 /// selection returns the canonical NaN; -0.0 and +0.0 stay apart).
 fn oracle<K: TestKey>(sorted: &[(K, u64)], k: usize) -> K::Bits {
@@ -38,7 +43,8 @@ fn check<K: TestKey>(gpu: &Gpu, data: &[K], ranks: &[usize], context: &str) {
             let options = SelectOptions::new(order).with_algorithm(algorithm);
             for &k in ranks {
                 let got = gpu
-                    .select_with(&device_data, k, &options)
+                    .select(&device_data, k, &options)
+                    .map(|s| s.value)
                     .unwrap_or_else(|e| panic!("{context} {order:?} {algorithm:?} k={k}: {e}"));
                 assert_eq!(
                     got.to_ordered(),
@@ -125,13 +131,13 @@ fn selection_agrees_with_top_k() {
     for k in [1, 100, n / 2, n] {
         for algorithm in [Algorithm::RadixSelect, Algorithm::SampleSelect] {
             let options = TopKOptions::new(Order::Largest).with_algorithm(algorithm);
-            let top = gpu.top_k_with(&device_data, k, &options).unwrap();
+            let top = gpu.top_k(&device_data, k, &options).unwrap();
             let kth = gpu.download(&top.values).unwrap()[k - 1];
             for select in [SelectAlgorithm::Auto, SelectAlgorithm::SampleSelect, SelectAlgorithm::QuickSelect]
             {
                 let options = SelectOptions::new(Order::Largest).with_algorithm(select);
                 assert_eq!(
-                    gpu.select_with(&device_data, k - 1, &options).unwrap(),
+                    gpu.select(&device_data, k - 1, &options).map(|s| s.value).unwrap(),
                     kth,
                     "{algorithm:?} {select:?} k={k}"
                 );
@@ -150,7 +156,7 @@ fn every_policy_gives_the_same_answer() {
     let data = generate::<f32>(n, Distribution::Uniform, 23);
     let device_data = gpu.upload(&data).unwrap();
     let sorted = reference::sort_pairs(&data, Order::Smallest);
-    let default = SampleSelectPolicy::for_device(&gpu);
+    let default = SampleSelectPolicy::for_device(gpu.limits());
     for policy in [
         SampleSelectPolicy { warp_aggregated: true, ..default },
         SampleSelectPolicy { bucket_bits: 4, ..default },
@@ -160,7 +166,7 @@ fn every_policy_gives_the_same_answer() {
     ] {
         let options = SelectOptions::new(Order::Smallest).with_algorithm(SelectAlgorithm::SampleSelect);
         for k in [0, n / 7, n / 2, n - 1] {
-            let got = gpu.select_with(&device_data, k, &options.with_policy(policy)).unwrap();
+            let got = gpu.select(&device_data, k, &options.with_policy(policy)).map(|s| s.value).unwrap();
             assert_eq!(got.to_ordered(), oracle(&sorted, k), "{policy:?} k={k}");
         }
     }
@@ -174,7 +180,7 @@ fn bracket_gives_the_levels_answer() {
     // samples the data again.
     let gpu = common::gpu();
     let n = if common::on_emulator(&gpu) { 40_000 } else { 4_000_000 };
-    let default = SampleSelectPolicy::for_device(&gpu);
+    let default = SampleSelectPolicy::for_device(gpu.limits());
     assert!(default.bracket, "the measured policy brackets");
     let distributions = [
         Distribution::Uniform,
@@ -199,7 +205,8 @@ fn bracket_gives_the_levels_answer() {
                 for k in [0, 1, n / 100, n / 2, n - 2, n - 1] {
                     let context = format!("{distribution:?} {order:?} {policy:?} k={k}");
                     let got = gpu
-                        .select_with(&device_data, k, &options)
+                        .select(&device_data, k, &options)
+                        .map(|s| s.value)
                         .unwrap_or_else(|e| panic!("{context}: {e}"));
                     assert_eq!(got.to_ordered(), oracle(&sorted, k), "{context}");
                 }
@@ -229,7 +236,7 @@ fn approximate_selection_reports_its_exact_rank() {
                 for k in ranks(&gpu, n, buckets as u64) {
                     let context = format!("{distribution:?} {order:?} buckets={buckets} k={k}");
                     let approx = gpu
-                        .select_approx_with(&device_data, k, buckets, &SelectOptions::new(order))
+                        .select(&device_data, k, &approximate(buckets, &SelectOptions::new(order)))
                         .unwrap_or_else(|e| panic!("{context}: {e}"));
                     // The value is an input, and the rank it reports is exact.
                     assert_eq!(approx.value.to_ordered(), oracle(&sorted, approx.rank as usize), "{context}");
@@ -255,7 +262,7 @@ fn window_count_gives_the_full_counts_answer() {
     // sample makes its window miss often, so both of its outcomes are exercised.
     let gpu = common::gpu();
     let n = if common::on_emulator(&gpu) { 30_000 } else { 1 << 22 };
-    let default = SampleSelectPolicy::for_device(&gpu);
+    let default = SampleSelectPolicy::for_device(gpu.limits());
     let mut passes = [0u32; 2];
     for (d, distribution) in [Distribution::Uniform, Distribution::FewDistinct(128), Distribution::Ascending]
         .into_iter()
@@ -268,7 +275,7 @@ fn window_count_gives_the_full_counts_answer() {
                 let answer = |window_count| {
                     let policy = SampleSelectPolicy { sample_size, window_count, ..default };
                     let options = SelectOptions::default().with_policy(policy);
-                    gpu.select_approx_with(&device_data, k, buckets, &options).unwrap()
+                    gpu.select(&device_data, k, &approximate(buckets, &options)).unwrap()
                 };
                 let (windowed, counted) = (answer(true), answer(false));
                 let case = format!("{distribution:?} buckets={buckets} sample={sample_size} k={k}");
@@ -295,7 +302,7 @@ fn approximate_selection_is_exact_on_small_inputs() {
     let device_data = gpu.upload(&data).unwrap();
     let sorted = reference::sort_pairs(&data, Order::Smallest);
     for k in [0, 1, 1000, 2047] {
-        let approx = gpu.select_approx(&device_data, k, 64).unwrap();
+        let approx = gpu.select(&device_data, k, &approximate(64, &SelectOptions::default())).unwrap();
         assert_eq!((approx.value.to_ordered(), approx.rank), (oracle(&sorted, k), k as u64), "k={k}");
     }
 }
@@ -306,37 +313,44 @@ fn workspace_is_sized_checked_and_reused() {
     let data = generate::<u64>(10_000, Distribution::Uniform, 43);
     let device_data = gpu.upload(&data).unwrap();
     let options = SelectOptions::default();
-    let bytes = gpu.select_workspace_bytes::<u64>(data.len(), &options).unwrap();
+    let plan = gpu.plan_select::<u64>(data.len(), &options).unwrap();
+    let bytes = plan.workspace_bytes();
     // One byte of oracle per key, two buffers of n/32 keys (at least 2048), a few KB.
     assert!(bytes >= data.len() + 2 * 2048 * 8, "{bytes}");
     assert!(bytes <= data.len() + 2 * 2048 * 8 + 64 * 1024, "{bytes}");
     let sorted = reference::sort_pairs(&data, Order::Smallest);
     let mut workspace = gpu.alloc_zeroed::<u8>(bytes).unwrap();
     for k in [5, 9_999, 0] {
-        let got = gpu.select_into(&device_data, k, &options, &mut workspace).unwrap();
-        assert_eq!(got.to_ordered(), oracle(&sorted, k), "k={k}");
+        let got = gpu.select_into(&plan, &device_data, k, &mut workspace).unwrap();
+        assert_eq!((got.value.to_ordered(), got.rank), (oracle(&sorted, k), k as u64), "k={k}");
     }
     let mut small = gpu.alloc_zeroed::<u8>(bytes - 1).unwrap();
     assert!(matches!(
-        gpu.select_into(&device_data, 5, &options, &mut small),
+        gpu.select_into(&plan, &device_data, 5, &mut small),
         Err(Error::WorkspaceTooSmall { .. })
+    ));
+    // A plan runs on the number of keys it was made for.
+    assert!(matches!(
+        gpu.select_into(&plan, device_data.slice(1..), 5, &mut workspace),
+        Err(Error::LengthMismatch { .. })
     ));
 
     // Approximate selection's workspace: no oracles or buffers, reused across ranks (the
     // runs before leave their totals in it) with exact ranks and the answers of fresh
     // workspaces (8-byte keys: the window pass loads them two to a vector).
     let buckets = 1024;
-    let bytes = gpu.select_approx_workspace_bytes::<u64>(data.len(), buckets, &options).unwrap();
+    let plan = gpu.plan_select::<u64>(data.len(), &approximate(buckets, &options)).unwrap();
+    let bytes = plan.workspace_bytes();
     assert!(bytes < 64 * 1024, "{bytes}");
     let mut workspace = gpu.alloc_zeroed::<u8>(bytes).unwrap();
     for k in [5, 9_999, 0, 5_000, 5_001] {
-        let reused = gpu.select_approx_into(&device_data, k, buckets, &options, &mut workspace).unwrap();
+        let reused = gpu.select_into(&plan, &device_data, k, &mut workspace).unwrap();
         assert_eq!(reused.value.to_ordered(), oracle(&sorted, reused.rank as usize), "k={k}");
-        assert_eq!(reused, gpu.select_approx_with(&device_data, k, buckets, &options).unwrap(), "k={k}");
+        assert_eq!(reused, gpu.select(&device_data, k, &approximate(buckets, &options)).unwrap(), "k={k}");
     }
     let mut small = gpu.alloc_zeroed::<u8>(bytes - 1).unwrap();
     assert!(matches!(
-        gpu.select_approx_into(&device_data, 5, buckets, &options, &mut small),
+        gpu.select_into(&plan, &device_data, 5, &mut small),
         Err(Error::WorkspaceTooSmall { .. })
     ));
 }
@@ -345,17 +359,26 @@ fn workspace_is_sized_checked_and_reused() {
 fn bad_input_gives_clear_errors() {
     let gpu = common::gpu();
     let empty = gpu.upload::<f32>(&[]).unwrap();
-    assert!(matches!(gpu.select(&empty, 0), Err(Error::EmptyInput)));
-    assert!(matches!(gpu.select_approx(&empty, 0, 16), Err(Error::EmptyInput)));
+    assert!(matches!(gpu.select(&empty, 0, &SelectOptions::default()), Err(Error::EmptyInput)));
+    assert!(matches!(
+        gpu.select(&empty, 0, &approximate(16, &SelectOptions::default())),
+        Err(Error::EmptyInput)
+    ));
     let data = gpu.upload(&[1.0f32, 2.0, 3.0]).unwrap();
-    assert!(matches!(gpu.select(&data, 3), Err(Error::KOutOfRange { k: 3, min: 0, max: 2, .. })));
+    assert!(matches!(
+        gpu.select(&data, 3, &SelectOptions::default()),
+        Err(Error::KOutOfRange { k: 3, min: 0, max: 2, .. })
+    ));
     for buckets in [0, 1, 3, 2048] {
         assert!(
-            matches!(gpu.select_approx(&data, 1, buckets), Err(Error::InvalidArgument { .. })),
+            matches!(
+                gpu.select(&data, 1, &approximate(buckets, &SelectOptions::default())),
+                Err(Error::InvalidArgument { .. })
+            ),
             "{buckets}"
         );
     }
-    let default = SampleSelectPolicy::for_device(&gpu);
+    let default = SampleSelectPolicy::for_device(gpu.limits());
     for policy in [
         SampleSelectPolicy { bucket_bits: 0, ..default },
         SampleSelectPolicy { bucket_bits: 9, ..default },
@@ -364,27 +387,24 @@ fn bad_input_gives_clear_errors() {
         SampleSelectPolicy { blocks_per_sm: 0, ..default },
     ] {
         let options = SelectOptions::default().with_policy(policy);
-        assert!(
-            matches!(gpu.select_with(&data, 1, &options), Err(Error::InvalidArgument { .. })),
-            "{policy:?}"
-        );
+        assert!(matches!(gpu.select(&data, 1, &options), Err(Error::InvalidArgument { .. })), "{policy:?}");
     }
     let quick = SelectOptions::default()
         .with_algorithm(SelectAlgorithm::QuickSelect)
         .with_policy(SampleSelectPolicy { bucket_bits: 1, ..default });
-    assert!(matches!(gpu.select_with(&data, 1, &quick), Err(Error::InvalidArgument { .. })));
+    assert!(matches!(gpu.select(&data, 1, &quick), Err(Error::InvalidArgument { .. })));
 }
 
 #[test]
 fn nan_and_signed_zero_follow_the_total_order() {
     let gpu = common::gpu();
     let data = gpu.upload(&[f32::NAN, 1.0, -0.0, 0.0, f32::INFINITY, -f32::NAN]).unwrap();
-    let exact = |k| gpu.select(&data, k).unwrap().to_bits();
+    let exact = |k| gpu.select(&data, k, &SelectOptions::default()).map(|s| s.value).unwrap().to_bits();
     assert_eq!(exact(0), (-0.0f32).to_bits());
     assert_eq!(exact(1), 0.0f32.to_bits());
     assert_eq!(exact(3), f32::INFINITY.to_bits());
-    assert!(gpu.select(&data, 4).unwrap().is_nan());
+    assert!(gpu.select(&data, 4, &SelectOptions::default()).map(|s| s.value).unwrap().is_nan());
     let largest = SelectOptions::new(Order::Largest);
-    assert!(gpu.select_with(&data, 1, &largest).unwrap().is_nan());
-    assert_eq!(gpu.select_with(&data, 2, &largest).unwrap(), f32::INFINITY);
+    assert!(gpu.select(&data, 1, &largest).map(|s| s.value).unwrap().is_nan());
+    assert_eq!(gpu.select(&data, 2, &largest).map(|s| s.value).unwrap(), f32::INFINITY);
 }

@@ -8,15 +8,40 @@ mod common;
 
 use common::{DISTRIBUTIONS, Distribution, TestKey, generate};
 use gpu_select::{
-    Algorithm, Error, Gpu, InputFilter, Key, KeyTransform, Order, PADDING_INDEX, TopKFusion, TopKOptions,
-    reference,
+    Algorithm, Error, Gpu, InputFilter, Key, KeyTransform, Keys, Order, PADDING_INDEX, TopKOptions, reference,
 };
+
+/// A filter and a transform to fuse into a top-k ([`Keys::with_filter`],
+/// [`Keys::with_transform`]).
+#[derive(Clone, Copy, Default)]
+struct Fusion<'a, K> {
+    filter: InputFilter<'a, K>,
+    transform: KeyTransform<K>,
+}
+
+impl<'a, K> Fusion<'a, K> {
+    fn with_filter(self, filter: InputFilter<'a, K>) -> Self {
+        Self { filter, ..self }
+    }
+
+    fn with_transform(self, transform: KeyTransform<K>) -> Self {
+        Self { transform, ..self }
+    }
+}
+
+/// `data` with `fusion` fused in.
+fn fused<'a, K: gpu_select::SelectKey>(
+    data: &'a gpu_select::DeviceBuffer<K>,
+    fusion: &Fusion<'a, K>,
+) -> Keys<'a, K> {
+    Keys::new(data).with_filter(fusion.filter).with_transform(fusion.transform)
+}
 
 /// Runs the top-k and compares with the oracle: exactly for a sorted result; for an
 /// unsorted one, as a set (after sorting it the oracle's way).
 fn check<K: TestKey>(gpu: &Gpu, data: &[K], k: usize, options: TopKOptions, context: &str) {
     let device_data = gpu.upload(data).unwrap();
-    let top = gpu.top_k_with(&device_data, k, &options).unwrap_or_else(|e| panic!("{context}: {e}"));
+    let top = gpu.top_k(&device_data, k, &options).unwrap_or_else(|e| panic!("{context}: {e}"));
     let (values, indices) = (gpu.download(&top.values).unwrap(), gpu.download(&top.indices).unwrap());
     let sorted = reference::sort_pairs(data, options.order);
     let expected: Vec<(u64, u64)> = sorted.iter().take(k).map(|&(key, i)| (key.exact(), i)).collect();
@@ -243,7 +268,7 @@ fn sample_select_brackets_a_small_k() {
     // GPU_SELECT_BRACKET_TEST_KEYS: fewer keys, for a run under compute-sanitizer.
     let n = std::env::var("GPU_SELECT_BRACKET_TEST_KEYS").ok().and_then(|keys| keys.parse().ok());
     let n = n.unwrap_or(if common::on_emulator(&gpu) { 40_000 } else { 4_000_000 });
-    let default = gpu_select::SampleSelectPolicy::for_device(&gpu);
+    let default = gpu_select::SampleSelectPolicy::for_device(gpu.limits());
     assert!(default.bracket, "the measured policy brackets");
     let policies = [
         default,
@@ -411,7 +436,7 @@ fn algorithms_agree_with_each_other() {
             .into_iter()
             .map(|algorithm| {
                 let options = TopKOptions::new(Order::Largest).with_algorithm(algorithm);
-                let top = gpu.top_k_with(&gpu.upload(&data).unwrap(), k, &options).unwrap();
+                let top = gpu.top_k(&gpu.upload(&data).unwrap(), k, &options).unwrap();
                 (gpu.download(&top.values).unwrap(), gpu.download(&top.indices).unwrap())
             })
             .collect();
@@ -424,10 +449,10 @@ fn algorithms_agree_with_each_other() {
 fn nan_orders_above_infinity_and_negative_zero_below_zero() {
     let gpu = common::gpu();
     let data = [1.0f32, f32::NAN, f32::INFINITY, -0.0, 0.0, f32::NEG_INFINITY, -f32::NAN];
-    let (largest, indices) = gpu.top_k_host(&data, 4, Order::Largest).unwrap();
+    let (largest, indices) = gpu.top_k_host(&data, 1, 4, &TopKOptions::largest()).unwrap();
     assert!(largest[0].is_nan() && largest[1].is_nan());
     assert_eq!(indices, [1, 6, 2, 0]);
-    let (smallest, indices) = gpu.top_k_host(&data, 3, Order::Smallest).unwrap();
+    let (smallest, indices) = gpu.top_k_host(&data, 1, 3, &TopKOptions::smallest()).unwrap();
     assert_eq!(indices, [5, 3, 4]);
     assert_eq!(smallest[1].to_bits(), (-0.0f32).to_bits());
 }
@@ -438,26 +463,33 @@ fn caller_workspace_is_reused_and_checked() {
     let data = generate::<u32>(5000, Distribution::Uniform, 11);
     let device_data = gpu.upload(&data).unwrap();
     let options = TopKOptions::new(Order::Smallest).with_algorithm(Algorithm::Bitonic);
-    let bytes = gpu.top_k_workspace_bytes::<u32>(data.len(), 50, &options).unwrap();
+    let plan = gpu.plan_top_k(&Keys::new(&device_data), 50, &options).unwrap();
+    let bytes = plan.workspace_bytes();
     let mut workspace = gpu.alloc_zeroed::<u8>(bytes).unwrap();
     let mut out =
         gpu_select::TopK { values: gpu.alloc_zeroed(50).unwrap(), indices: gpu.alloc_zeroed(50).unwrap() };
     for _ in 0..2 {
-        gpu.top_k_into(&device_data, 50, &options, &mut workspace, &mut out).unwrap();
+        gpu.top_k_into(&plan, &device_data, &mut out, &mut workspace).unwrap();
         let expected: Vec<u64> =
             reference::sort_pairs(&data, Order::Smallest).into_iter().take(50).map(|(_, i)| i).collect();
         assert_eq!(gpu.download(&out.indices).unwrap(), expected);
     }
     if bytes > 0 {
         let mut small = gpu.alloc_zeroed::<u8>(bytes - 1).unwrap();
-        let error = gpu.top_k_into(&device_data, 50, &options, &mut small, &mut out).unwrap_err();
+        let error = gpu.top_k_into(&plan, &device_data, &mut out, &mut small).unwrap_err();
         assert!(matches!(error, Error::WorkspaceTooSmall { .. }), "{error}");
     }
     let mut wrong_out =
         gpu_select::TopK { values: gpu.alloc_zeroed(49).unwrap(), indices: gpu.alloc_zeroed(50).unwrap() };
     assert!(matches!(
-        gpu.top_k_into(&device_data, 50, &options, &mut workspace, &mut wrong_out),
+        gpu.top_k_into(&plan, &device_data, &mut wrong_out, &mut workspace),
         Err(Error::LengthMismatch { .. })
+    ));
+    // A plan runs only on the shape it was made for.
+    let shorter = device_data.slice(1..);
+    assert!(matches!(
+        gpu.top_k_into(&plan, &shorter, &mut out, &mut workspace),
+        Err(Error::InvalidArgument { .. })
     ));
 }
 
@@ -467,18 +499,19 @@ fn block_sort_path_works_in_the_caller_workspace_alone() {
     let data = generate::<i32>(1000, Distribution::FewDistinct(16), 12);
     let device_data = gpu.upload(&data).unwrap();
     let options = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::BlockSort);
-    let bytes = gpu.top_k_workspace_bytes::<i32>(data.len(), 10, &options).unwrap();
+    let plan = gpu.plan_top_k(&Keys::new(&device_data), 10, &options).unwrap();
+    let bytes = plan.workspace_bytes();
     assert!(bytes >= 1000 * (4 + 8), "the workspace holds the sorted keys and indices");
     let mut workspace = gpu.alloc_zeroed::<u8>(bytes).unwrap();
     let mut out =
         gpu_select::TopK { values: gpu.alloc_zeroed(10).unwrap(), indices: gpu.alloc_zeroed(10).unwrap() };
-    gpu.top_k_into(&device_data, 10, &options, &mut workspace, &mut out).unwrap();
+    gpu.top_k_into(&plan, &device_data, &mut out, &mut workspace).unwrap();
     let expected: Vec<u64> =
         reference::sort_pairs(&data, Order::Largest).into_iter().take(10).map(|(_, i)| i).collect();
     assert_eq!(gpu.download(&out.indices).unwrap(), expected);
     let mut small = gpu.alloc_zeroed::<u8>(bytes - 1).unwrap();
     assert!(matches!(
-        gpu.top_k_into(&device_data, 10, &options, &mut small, &mut out),
+        gpu.top_k_into(&plan, &device_data, &mut out, &mut small),
         Err(Error::WorkspaceTooSmall { .. })
     ));
 }
@@ -488,25 +521,28 @@ fn bad_input_gives_clear_errors() {
     let gpu = common::gpu();
     let data = gpu.upload(&[3u32, 1, 2]).unwrap();
     let message = |result: gpu_select::Result<gpu_select::TopK<u32>>| result.unwrap_err().to_string();
-    assert!(message(gpu.top_k(&data, 0, Order::Largest)).contains("k = 0"));
-    assert!(message(gpu.top_k(&data, 4, Order::Largest)).contains("the input has 3 keys"));
+    assert!(message(gpu.top_k(&data, 0, &TopKOptions::new(Order::Largest))).contains("k = 0"));
+    assert!(message(gpu.top_k(&data, 4, &TopKOptions::new(Order::Largest))).contains("the input has 3 keys"));
     assert!(matches!(
-        gpu.top_k(&data, 4, Order::Largest),
+        gpu.top_k(&data, 4, &TopKOptions::new(Order::Largest)),
         Err(Error::KOutOfRange { k: 4, min: 1, max: 3, .. })
     ));
-    assert!(matches!(gpu.top_k(&data, 0, Order::Largest), Err(Error::KOutOfRange { k: 0, .. })));
+    assert!(matches!(
+        gpu.top_k(&data, 0, &TopKOptions::new(Order::Largest)),
+        Err(Error::KOutOfRange { k: 0, .. })
+    ));
     assert_eq!(
-        gpu.top_k(&gpu.upload::<u32>(&[]).unwrap(), 1, Order::Largest).unwrap_err(),
+        gpu.top_k(&gpu.upload::<u32>(&[]).unwrap(), 1, &TopKOptions::new(Order::Largest)).unwrap_err(),
         Error::EmptyInput
     );
     let big = gpu.alloc_zeroed::<u32>(5000).unwrap();
     let bitonic = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::Bitonic);
-    let error = message(gpu.top_k_with(&big, 1025, &bitonic));
+    let error = message(gpu.top_k(&big, 1025, &bitonic));
     assert!(error.contains("k ≤ 1024"), "{error}");
     let options = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::BlockSort);
-    assert!(message(gpu.top_k_with(&big, 3, &options)).contains("at most 2048"));
+    assert!(message(gpu.top_k(&big, 3, &options)).contains("at most 2048"));
     let heap = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::PerThreadHeap);
-    let error = message(gpu.top_k_with(&big, 513, &heap));
+    let error = message(gpu.top_k(&big, 513, &heap));
     assert!(error.contains("k ≤ 512"), "{error}");
 }
 
@@ -517,14 +553,15 @@ fn check_fused<K: TestKey>(
     gpu: &Gpu,
     data: &[K],
     (k, order): (usize, Order),
-    fusion: &TopKFusion<'_, K>,
+    fusion: &Fusion<'_, K>,
     admits: impl Fn(usize, K) -> bool,
     rank: impl Fn(K) -> K,
     context: &str,
 ) {
     let device_data = gpu.upload(data).unwrap();
     let options = TopKOptions::new(order);
-    let top = gpu.top_k_fused(&device_data, k, &options, fusion).unwrap_or_else(|e| panic!("{context}: {e}"));
+    let top =
+        gpu.top_k(fused(&device_data, fusion), k, &options).unwrap_or_else(|e| panic!("{context}: {e}"));
     let (values, indices) = (gpu.download(&top.values).unwrap(), gpu.download(&top.indices).unwrap());
     let admitted: Vec<usize> = (0..data.len()).filter(|&i| admits(i, data[i])).collect();
     let ranked: Vec<K> = admitted.iter().map(|&i| rank(data[i])).collect();
@@ -555,7 +592,7 @@ fn fused_filters_and_transforms_agree_with_the_oracle() {
     for (s, &n) in sizes.iter().enumerate() {
         let seed = 90 + s as u64;
         let floats = generate::<f32>(n, Distribution::Specials, seed);
-        let magnitude = TopKFusion::default()
+        let magnitude = Fusion::default()
             .with_filter(InputFilter::Range { low: -500.0, high: f32::INFINITY })
             .with_transform(KeyTransform::Magnitude);
         for (k, order) in [(1, Order::Largest), (40, Order::Smallest), (1000, Order::Largest)] {
@@ -566,7 +603,7 @@ fn fused_filters_and_transforms_agree_with_the_oracle() {
         let mask_bytes: Vec<u8> = (0..n).map(|i| (i % 3 != 1) as u8).collect();
         let mask = gpu.upload(&mask_bytes).unwrap();
         let uniform = generate::<f32>(n, Distribution::Uniform, seed);
-        let affine = TopKFusion::default()
+        let affine = Fusion::default()
             .with_filter(InputFilter::Mask(&mask))
             .with_transform(KeyTransform::Affine { scale: -2.0, offset: 0.5 });
         for (k, order) in [(32, Order::Largest), (256, Order::Smallest)] {
@@ -575,7 +612,7 @@ fn fused_filters_and_transforms_agree_with_the_oracle() {
             check_fused(&gpu, &uniform, (k, order), &affine, admits, |key: f32| key * -2.0 + 0.5, &context);
         }
         let ints = generate::<i32>(n, Distribution::FewDistinct(16), seed);
-        let fusion = TopKFusion::default()
+        let fusion = Fusion::default()
             .with_filter(InputFilter::Range { low: -3, high: 5 })
             .with_transform(KeyTransform::Magnitude);
         let admits = |_, key: i32| (-3..=5).contains(&key);
@@ -589,7 +626,7 @@ fn fused_filters_and_transforms_agree_with_the_oracle() {
             &format!("i32 n={n}"),
         );
         let wide = generate::<u64>(n, Distribution::Uniform, seed);
-        let fusion = TopKFusion::default().with_transform(KeyTransform::Affine { scale: 3u64, offset: 7 });
+        let fusion = Fusion::default().with_transform(KeyTransform::Affine { scale: 3u64, offset: 7 });
         let rank = |key: u64| key.wrapping_mul(3).wrapping_add(7);
         check_fused(&gpu, &wide, (64, Order::Smallest), &fusion, |_, _| true, rank, &format!("u64 n={n}"));
     }
@@ -604,7 +641,7 @@ fn fused_filters_that_admit_fewer_than_k_pad_the_result() {
         let data = generate::<f32>(n, Distribution::Uniform, 7);
         let mask_bytes: Vec<u8> = (0..n).map(|i| (i % (n / 9) == 3) as u8).collect();
         let mask = gpu.upload(&mask_bytes).unwrap();
-        let fusion = TopKFusion::default().with_filter(InputFilter::Mask(&mask));
+        let fusion = Fusion::default().with_filter(InputFilter::Mask(&mask));
         for (k, order) in [(5, Order::Largest), (50, Order::Smallest), (1024, Order::Largest)] {
             let admits = |i: usize, _| mask_bytes[i] != 0;
             check_fused(
@@ -617,7 +654,7 @@ fn fused_filters_that_admit_fewer_than_k_pad_the_result() {
                 &format!("n={n} k={k} {order:?}"),
             );
         }
-        let nothing = TopKFusion::default().with_filter(InputFilter::Range { low: 5000.0, high: 6000.0 });
+        let nothing = Fusion::default().with_filter(InputFilter::Range { low: 5000.0, high: 6000.0 });
         check_fused(
             &gpu,
             &data,
@@ -636,30 +673,36 @@ fn fused_top_k_rejects_what_it_cannot_do() {
     let data = gpu.upload(&generate::<f32>(5000, Distribution::Uniform, 3)).unwrap();
     let options = TopKOptions::new(Order::Largest);
     let message = |result: gpu_select::Result<gpu_select::TopK<f32>>| result.unwrap_err().to_string();
-    let magnitude = TopKFusion::default().with_transform(KeyTransform::Magnitude);
+    let magnitude = Fusion::default().with_transform(KeyTransform::Magnitude);
     let radix = options.with_algorithm(Algorithm::RadixSelect);
-    assert!(message(gpu.top_k_fused(&data, 5, &radix, &magnitude)).contains("bitonic top-k only"));
-    assert!(message(gpu.top_k_fused(&data, 1025, &options, &magnitude)).contains("k ≤ 1024"));
-    assert!(message(gpu.top_k_fused(&data, 0, &options, &magnitude)).contains("k = 0"));
-    let reversed = TopKFusion::default().with_filter(InputFilter::Range { low: 1.0, high: -1.0 });
-    assert!(message(gpu.top_k_fused(&data, 5, &options, &reversed)).contains("orders above"));
+    assert!(message(gpu.top_k(fused(&data, &magnitude), 5, &radix)).contains("bitonic top-k only"));
+    assert!(message(gpu.top_k(fused(&data, &magnitude), 1025, &options)).contains("k ≤ 1024"));
+    assert!(message(gpu.top_k(fused(&data, &magnitude), 0, &options)).contains("k = 0"));
+    let reversed = Fusion::default().with_filter(InputFilter::Range { low: 1.0, high: -1.0 });
+    assert!(message(gpu.top_k(fused(&data, &reversed), 5, &options)).contains("orders above"));
     let short_mask = gpu.upload(&[1u8; 4999]).unwrap();
-    let masked = TopKFusion::default().with_filter(InputFilter::Mask(&short_mask));
-    assert!(matches!(gpu.top_k_fused(&data, 5, &options, &masked), Err(Error::LengthMismatch { .. })));
-    // The caller's workspace: sized by the fused query, checked by the fused run.
-    let bytes = gpu.top_k_fused_workspace_bytes::<f32>(5000, 5, &options).unwrap();
+    let masked = Fusion::default().with_filter(InputFilter::Mask(&short_mask));
+    assert!(matches!(gpu.top_k(fused(&data, &masked), 5, &options), Err(Error::LengthMismatch { .. })));
+    // The caller's workspace: sized by the fused plan, checked by the fused run.
+    let plan = gpu.plan_top_k(&fused(&data, &magnitude), 5, &options).unwrap();
+    let bytes = plan.workspace_bytes();
     let mut out =
         gpu_select::TopK { values: gpu.alloc_zeroed(5).unwrap(), indices: gpu.alloc_zeroed(5).unwrap() };
     let mut workspace = gpu.alloc_zeroed::<u8>(bytes).unwrap();
-    gpu.top_k_fused_into(&data, 5, &options, &magnitude, &mut workspace, &mut out).unwrap();
-    let plain = gpu.top_k(&data, 5, Order::Largest).unwrap();
+    gpu.top_k_into(&plan, fused(&data, &magnitude), &mut out, &mut workspace).unwrap();
+    // A fused plan takes the fused keys only, and a plain plan the plain ones.
+    assert!(matches!(
+        gpu.top_k_into(&plan, &data, &mut out, &mut workspace),
+        Err(Error::InvalidArgument { .. })
+    ));
+    let plain = gpu.top_k(&data, 5, &TopKOptions::new(Order::Largest)).unwrap();
     assert_ne!(
         gpu.download(&out.indices).unwrap(),
         gpu.download(&plain.indices).unwrap(),
         "ranked by magnitude"
     );
     let mut small = gpu.alloc_zeroed::<u8>(bytes - 1).unwrap();
-    let error = gpu.top_k_fused_into(&data, 5, &options, &magnitude, &mut small, &mut out).unwrap_err();
+    let error = gpu.top_k_into(&plan, fused(&data, &magnitude), &mut out, &mut small).unwrap_err();
     assert!(
         matches!(error, Error::WorkspaceTooSmall { needed, given } if needed == bytes && given == bytes - 1),
         "{error}"
@@ -690,7 +733,7 @@ fn inputs_above_2_pow_31_on_a_gpu() {
         Algorithm::BucketSelect,
     ] {
         let options = TopKOptions::new(Order::Largest).with_algorithm(algorithm);
-        let top = gpu.top_k_with(&device_data, 3, &options).unwrap();
+        let top = gpu.top_k(&device_data, 3, &options).unwrap();
         assert_eq!(gpu.download(&top.values).unwrap(), [3.0, 2.0, 1.0], "{algorithm:?}");
         assert_eq!(gpu.download(&top.indices).unwrap(), [n as u64 - 1, (1 << 31) + 1, 12], "{algorithm:?}");
     }
@@ -717,16 +760,16 @@ fn inputs_of_2_pow_32_and_more_on_a_gpu() {
     // oracles, more than an 80 GB GPU holds here (run 66: `OutOfMemory`, as it should).
     for algorithm in [Algorithm::Auto, Algorithm::RadixSelect, Algorithm::SampleSelect] {
         let options = TopKOptions::new(Order::Largest).with_algorithm(algorithm);
-        let top = gpu.top_k_with(&device_data, 4, &options).unwrap();
+        let top = gpu.top_k(&device_data, 4, &options).unwrap();
         assert_eq!(gpu.download(&top.values).unwrap(), [7.0, 6.0, 0.5, 0.5], "{algorithm:?}");
         assert_eq!(gpu.download(&top.indices).unwrap(), [n as u64 - 2, (1 << 32) + 1, 0, 1], "{algorithm:?}");
         let options = TopKOptions::new(Order::Smallest).with_algorithm(algorithm).with_sorted(false);
-        let top = gpu.top_k_with(&device_data, 2, &options).unwrap();
+        let top = gpu.top_k(&device_data, 2, &options).unwrap();
         assert_eq!(gpu.download(&top.indices).unwrap(), [5, 0], "{algorithm:?}");
     }
     for algorithm in [Algorithm::Bitonic, Algorithm::PerThreadHeap, Algorithm::SortAndChoose] {
         let options = TopKOptions::new(Order::Largest).with_algorithm(algorithm);
-        let result = gpu.top_k_with(&device_data, 4, &options);
+        let result = gpu.top_k(&device_data, 4, &options);
         assert!(matches!(result, Err(Error::InvalidArgument { .. })), "{algorithm:?}");
     }
 }

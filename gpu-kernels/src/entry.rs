@@ -7,6 +7,7 @@
 
 use crate::bandwidth::{ReadFloorParams, read_floor};
 use crate::block::bitonic_sort::sort_segments;
+use crate::gather::{GatherIndicesParams, gather_indices};
 use crate::key::Key;
 use crate::merge::{MergeParams, merge_runs};
 use crate::params::BlockSortParams;
@@ -185,6 +186,8 @@ crate::__kernel_table! {
     plain {
         /// Read-only pass over a buffer: the benchmarks' floor.
         READ_FLOOR = read_floor_u32(ReadFloorParams) => read_floor;
+        /// The caller's indices for selected positions.
+        GATHER_INDICES = gather_selected_indices(GatherIndicesParams) => gather_indices;
         /// Probe of thread, block and grid indices.
         PROBE_INDICES = probe_indices(ProbeParams) => indices;
         /// Probe of the warp collectives.

@@ -44,6 +44,7 @@ pub mod bandwidth;
 pub mod block;
 pub mod device;
 pub mod entry;
+pub mod gather;
 pub mod key;
 pub mod merge;
 pub mod params;

@@ -43,9 +43,11 @@ enum Storage {
     Device(u64),
     /// 16-byte aligned host memory standing in for device memory.
     Host(Vec<u128>),
-    /// Part of another buffer (a device or emulator address), not freed on drop: see
-    /// [`DeviceBuffer::view`].
-    Borrowed(u64),
+    /// Memory the buffer does not own (part of another buffer, or the caller's memory: see
+    /// [`DeviceSlice`](crate::DeviceSlice)), not freed on drop. `stream_bound`: the memory
+    /// belongs to another library's stream (a cudarc slice), so only handles on the same
+    /// stream may use it.
+    Borrowed { address: u64, stream_bound: bool },
 }
 
 impl<T: DeviceValue> DeviceBuffer<T> {
@@ -74,8 +76,14 @@ impl<T: DeviceValue> DeviceBuffer<T> {
         GlobalPtr::from_address(match &self.storage {
             Storage::Device(address) => *address,
             Storage::Host(words) => words.as_ptr() as u64,
-            Storage::Borrowed(address) => *address,
+            Storage::Borrowed { address, .. } => *address,
         })
+    }
+
+    /// The address of the first value: a device address on a GPU (a `CUdeviceptr`, for
+    /// handing the buffer to another library), a host address on the emulator.
+    pub fn device_address(&self) -> u64 {
+        self.global_ptr().address()
     }
 
     /// Values `start .. start + len` of this buffer as a buffer of their own, which frees
@@ -83,16 +91,29 @@ impl<T: DeviceValue> DeviceBuffer<T> {
     pub(crate) fn view(&self, start: usize, len: usize) -> DeviceBuffer<T> {
         assert!(start + len <= self.len, "view {start}..{} of a buffer of {}", start + len, self.len);
         let address = self.global_ptr().offset(start as u64).address();
-        DeviceBuffer { gpu: self.gpu.clone(), storage: Storage::Borrowed(address), len, element: PhantomData }
+        let stream_bound = matches!(self.storage, Storage::Borrowed { stream_bound: true, .. });
+        Self::borrowed(self.gpu.clone(), address, len, stream_bound)
     }
 
-    /// Checks that the buffer belongs to `gpu`.
+    /// A buffer over memory it does not own (freed by its owner, not on drop).
+    pub(crate) fn borrowed(gpu: Gpu, address: u64, len: usize, stream_bound: bool) -> Self {
+        DeviceBuffer { gpu, storage: Storage::Borrowed { address, stream_bound }, len, element: PhantomData }
+    }
+
+    /// Checks that the buffer belongs to `gpu`'s device (and, for memory of another
+    /// library's stream, that `gpu` queues on that stream).
     pub(crate) fn check_gpu(&self, gpu: &Gpu, what: &str) -> Result<()> {
-        if std::sync::Arc::ptr_eq(&self.gpu.inner, &gpu.inner) {
-            Ok(())
-        } else {
-            Err(Error::invalid(format!("{what} lives on another Gpu handle than the one called")))
+        if !std::sync::Arc::ptr_eq(&self.gpu.inner, &gpu.inner) {
+            return Err(Error::invalid(format!("{what} lives on another device than the handle called")));
         }
+        if matches!(self.storage, Storage::Borrowed { stream_bound: true, .. }) && !self.gpu.same_stream(gpu)
+        {
+            return Err(Error::invalid(format!(
+                "{what} belongs to another library's stream: call through a handle on that stream \
+                 (the one its view was made with)"
+            )));
+        }
+        Ok(())
     }
 }
 

@@ -1,12 +1,13 @@
-//! Device self-test: runs the probe kernels of `gpu-select-kernels` (one per group of
-//! device-layer primitives) and returns what every thread saw. The test suite compares the
-//! result with a CPU model on whatever backend is present, so the emulator and a GPU answer
-//! the same assertions.
+//! Measurement and self-test: the read floor every benchmark divides by ([`read_pass`]),
+//! and the probe kernels of `gpu-select-kernels` (one per group of device-layer primitives),
+//! which return what every thread saw. The test suite compares that with a CPU model on
+//! whatever backend is present, so the emulator and a GPU answer the same assertions.
 
 use gpu_select_kernels::entry::{KernelId, PROBE_GLOBAL_ATOMICS, PROBE_INDICES, PROBE_SHARED, PROBE_WARP};
 pub use gpu_select_kernels::probe::{GLOBAL_SCRATCH_WORDS, PROBE_SLOTS};
 use gpu_select_kernels::probe::{ProbeParams, SharedProbeLayout};
 
+pub use crate::bandwidth::{queue_read_pass, read_pass};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, LaunchShape};
 

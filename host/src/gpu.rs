@@ -62,6 +62,20 @@ pub struct DeviceLimits {
 /// assert_eq!(gpu.backend(), BackendKind::Emulator);
 /// println!("running on {}", gpu.describe());
 /// ```
+///
+/// # Which calls wait
+///
+/// Everything is queued on the handle's stream ([`Gpu::fork_stream`](crate::Gpu::fork_stream),
+/// [`Gpu::with_raw_stream`](crate::Gpu::with_raw_stream)). A call waits for the GPU only
+/// where a result must reach the host:
+/// - selections (`select`, `select_into`, `select_host`) return their key, so they wait;
+/// - top-k by SampleSelect or bucket select (chosen, or by `Auto` for large `k`) reads back,
+///   once for most inputs, whether its levels have found the rank;
+/// - planning ragged rows reads their offsets; a ragged top-k with a row shorter than a
+///   `k` beyond 2048 waits for its padding's copies;
+/// - `upload`, `download`, `copy_to_*` and the host-slice conveniences wait for their copies.
+///
+/// Everything else (top-k of arrays and rows, sorts, allocation, freeing) only queues.
 #[derive(Clone)]
 pub struct Gpu {
     pub(crate) inner: Arc<Backend>,
@@ -79,6 +93,21 @@ struct Queue {
     owned: bool,
     /// Keeps the device, and so its context, alive while the stream lives.
     backend: Arc<Backend>,
+    /// The cudarc stream this is (kept alive), for views of cudarc slices.
+    #[cfg(feature = "cudarc")]
+    cudarc: Option<Arc<cudarc::driver::CudaStream>>,
+}
+
+impl Queue {
+    fn new(stream: sys::CUstream, owned: bool, backend: Arc<Backend>) -> Arc<Self> {
+        Arc::new(Queue {
+            stream,
+            owned,
+            backend,
+            #[cfg(feature = "cudarc")]
+            cudarc: None,
+        })
+    }
 }
 
 // A stream handle may be used from any thread (see `CudaDevice`).
@@ -238,7 +267,7 @@ impl Gpu {
             Backend::Cuda(device) => device.stream,
             Backend::Emulator(_) => std::ptr::null_mut(),
         };
-        let queue = Arc::new(Queue { stream, owned: false, backend: backend.clone() });
+        let queue = Queue::new(stream, false, backend.clone());
         let tuning = Tuning::for_device(match &*backend {
             Backend::Cuda(device) => &device.limits,
             Backend::Emulator(limits) => limits,
@@ -349,7 +378,7 @@ impl Gpu {
             }
             Backend::Emulator(_) => return Ok(self.clone()),
         };
-        let queue = Arc::new(Queue { stream, owned: true, backend: self.inner.clone() });
+        let queue = Queue::new(stream, true, self.inner.clone());
         Ok(Gpu { inner: self.inner.clone(), queue, tuning: self.tuning })
     }
 
@@ -368,12 +397,56 @@ impl Gpu {
     pub unsafe fn with_raw_stream(&self, stream: *mut c_void) -> Result<Gpu> {
         match &*self.inner {
             Backend::Cuda(_) => {
-                let queue =
-                    Arc::new(Queue { stream: stream.cast(), owned: false, backend: self.inner.clone() });
+                let queue = Queue::new(stream.cast(), false, self.inner.clone());
                 Ok(Gpu { inner: self.inner.clone(), queue, tuning: self.tuning })
             }
             Backend::Emulator(_) => Err(Error::invalid("the emulator has no CUDA streams to queue on")),
         }
+    }
+
+    /// A handle on the same device whose work queues on a cudarc stream (kept alive by the
+    /// handle): for views of cudarc slices ([`Gpu::view_cudarc`]), and to order the
+    /// library's work with cudarc's.
+    ///
+    /// Errors: [`Error::InvalidArgument`] on the emulator, or when the stream is of another
+    /// device or context (cudarc's `CudaContext::new` uses the device's primary context, as
+    /// this library does).
+    #[cfg(feature = "cudarc")]
+    pub fn with_cudarc_stream(&self, stream: &Arc<cudarc::driver::CudaStream>) -> Result<Gpu> {
+        match &*self.inner {
+            Backend::Cuda(device) if stream.context().cu_ctx() == device.context => {
+                let queue = Arc::new(Queue {
+                    stream: stream.cu_stream(),
+                    owned: false,
+                    backend: self.inner.clone(),
+                    cudarc: Some(stream.clone()),
+                });
+                Ok(Gpu { inner: self.inner.clone(), queue, tuning: self.tuning })
+            }
+            Backend::Cuda(_) => {
+                Err(Error::invalid("the cudarc stream is of another device or context than this handle's"))
+            }
+            Backend::Emulator(_) => Err(Error::invalid("the emulator has no CUDA streams to queue on")),
+        }
+    }
+
+    /// This handle's cudarc stream, checked against the context of a slice to view.
+    #[cfg(feature = "cudarc")]
+    pub(crate) fn cudarc_stream_for(
+        &self,
+        context: &Arc<cudarc::driver::CudaContext>,
+    ) -> Result<&cudarc::driver::CudaStream> {
+        let stream = self.queue.cudarc.as_deref().ok_or_else(|| {
+            Error::invalid(
+                "views of cudarc slices need a handle on a cudarc stream: gpu.with_cudarc_stream(..)",
+            )
+        })?;
+        if context.cu_ctx() != stream.context().cu_ctx() {
+            return Err(Error::invalid(
+                "the cudarc slice is of another device or context than this handle's",
+            ));
+        }
+        Ok(stream)
     }
 
     /// The `CUstream` this handle queues on, for passing to other libraries (null on the
@@ -411,6 +484,12 @@ impl Gpu {
             }
             Backend::Emulator(_) => Ok(()),
         }
+    }
+
+    /// Whether two handles are on the same device (clones, forks and wrapped streams of one
+    /// handle are).
+    pub fn same_device(&self, other: &Gpu) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
     }
 
     /// Whether two handles queue on the same stream (clones do; [`Gpu::fork_stream`] does not).

@@ -2,23 +2,30 @@
 //! in Rust (`gpu-select-kernels`, compiled to PTX and prebuilt to machine code) and launched
 //! through the CUDA driver API ([`cudarc`](https://docs.rs/cudarc), loaded at run time).
 //!
-//! What is here: the [`Gpu`] handle (a CUDA device, or the [emulator](Gpu::emulator) that
-//! runs the same kernel code on CPU threads), typed [`DeviceBuffer`]s, top-k
-//! ([`Gpu::top_k`], see [`Algorithm`]), the element of rank `k` ([`Gpu::select`], by
-//! SampleSelect or QuickSelect) and its one-level approximation with an exact rank
-//! ([`Gpu::select_approx`]), a block bitonic sort of small segments
-//! ([`Gpu::sort_segments`]), the read floor every benchmark compares with
-//! ([`Gpu::read_pass`]) and the CPU [`reference`](mod@reference) implementations the tests use as the
-//! oracle.
+//! What is here: the [`Gpu`] handle (a CUDA device and the stream its work queues on, or
+//! the [emulator](Gpu::emulator) that runs the same kernel code on CPU threads), typed
+//! [`DeviceBuffer`]s and views of memory the caller owns ([`DeviceSlice`], raw pointers, and
+//! with the `cudarc` feature cudarc's slices), and the operations, one call shape each:
+//!
+//! | operation | convenient | plan | run of a plan | host slices |
+//! |---|---|---|---|---|
+//! | top-k of an array or of rows ([`Keys`]) | [`Gpu::top_k`] | [`Gpu::plan_top_k`] | [`Gpu::top_k_into`] | [`Gpu::top_k_host`] |
+//! | the key of rank `k`, exact or approximate | [`Gpu::select`] | [`Gpu::plan_select`] | [`Gpu::select_into`] | [`Gpu::select_host`] |
+//! | sorting segments of up to 2048 keys | [`Gpu::sort_segments`] | | [`Gpu::sort_segments_into`] | [`Gpu::sort_small`] |
+//!
+//! Also: the read floor every benchmark compares with ([`diagnostics::read_pass`]), the
+//! tuning values ([`Tuning`]) and the CPU [`reference`](mod@reference) implementations the
+//! tests use as the oracle. Which calls wait for the GPU: [`Gpu`](Gpu#which-calls-wait).
 //!
 //! ```
-//! use gpu_select::{Gpu, Order};
+//! use gpu_select::{Gpu, Order, TopKOptions};
 //!
 //! // The GPU when one is present, else the emulator (or say which: GPU_SELECT_BACKEND).
 //! let gpu = Gpu::from_env()?;
-//! let (keys, indices) = gpu.sort_small(&[0.5f32, -2.0, 7.25, 0.5], Order::Largest)?;
-//! assert_eq!(keys, [7.25, 0.5, 0.5, -2.0]);
-//! assert_eq!(indices, [2, 0, 3, 1]); // ties keep their input order
+//! let data = gpu.upload(&[0.5f32, -2.0, 7.25, 0.5, 3.0])?;
+//! let top = gpu.top_k(&data, 3, &TopKOptions::new(Order::Largest))?;
+//! assert_eq!(gpu.download(&top.values)?, [7.25, 3.0, 0.5]);
+//! assert_eq!(gpu.download(&top.indices)?, [2, 4, 0]); // ties keep their input order
 //! # Ok::<(), gpu_select::Error>(())
 //! ```
 //!
@@ -28,34 +35,53 @@
 //! total order: `-inf < … < -0.0 < +0.0 < … < +inf < NaN` (every NaN alike), so "largest"
 //! results start with the NaNs. See [`Key`].
 
+mod api;
 mod bandwidth;
 mod buffer;
 pub mod diagnostics;
+mod engine;
 mod error;
 mod gpu;
 mod kernels;
+mod options;
 pub mod reference;
-mod select;
-mod sort;
-mod topk;
+mod results;
 mod tuning;
+mod view;
+mod workspace;
 
+pub use api::{Keys, SelectPlan, TopKPlan};
 pub use buffer::{DeviceBuffer, DeviceValue};
 pub use error::{DriverError, Error, Result};
 pub use gpu::{BACKEND_ENV, BackendKind, DeviceLimits, Gpu};
 pub use gpu_select_kernels::{Key, Order};
 pub use kernels::KernelImage;
-pub use select::{ApproxSelection, SampleSelectPolicy, SelectAlgorithm, SelectOptions};
-pub use sort::{MAX_SMALL_SORT_LEN, SortedSegments};
-pub use topk::{
-    Algorithm, InputFilter, KeyTransform, PADDING_INDEX, RowsAlgorithm, TopK, TopKFusion, TopKOptions,
+pub use options::{
+    Algorithm, InputFilter, KeyTransform, MAX_SMALL_SORT_LEN, PADDING_INDEX, SampleSelectPolicy,
+    SelectAlgorithm, SelectOptions, TopKOptions,
 };
+pub use results::{Selection, SortedSegments, TopK, TopKOut};
 pub use tuning::{RowsKernelFamily, Tuning};
+pub use view::{DeviceSlice, DeviceSliceMut};
 
 /// A key type the library selects on: `f32`, `f64`, `i32`, `u32`, `i64`, `u64`.
-pub trait SelectKey: Key + gpu_select_kernels::entry::KernelKey + DeviceValue {}
+///
+/// Sealed: each key type needs its kernels built into the library (its row of the kernel
+/// table), so no other crate can add one.
+pub trait SelectKey: Key + DeviceValue + sealed::KernelTable {}
 
-impl<K: Key + gpu_select_kernels::entry::KernelKey + DeviceValue> SelectKey for K {}
+mod sealed {
+    /// The kernel table of a key type: reachable inside the library only.
+    pub trait KernelTable: gpu_select_kernels::entry::KernelKey {}
+}
+
+macro_rules! select_keys {
+    ($($t:ty),*) => {$(
+        impl sealed::KernelTable for $t {}
+        impl SelectKey for $t {}
+    )*};
+}
+select_keys!(f32, f64, i32, u32, i64, u64);
 
 /// The README's example, compiled and run as a doc test.
 #[doc = include_str!("../../README.md")]

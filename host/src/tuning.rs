@@ -7,7 +7,7 @@
 
 use crate::gpu::DeviceLimits;
 
-/// The kernel family [`RowsAlgorithm::Auto`](crate::RowsAlgorithm::Auto) runs when
+/// The kernel family [`Algorithm::Auto`](crate::Algorithm::Auto) runs on rows when
 /// [`Tuning::rows_auto_kernel`] forces one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RowsKernelFamily {
@@ -39,7 +39,7 @@ pub struct Tuning {
     /// Whether the bitonic top-k prunes with the tight bound from its sample (and a second
     /// chain when the bound proves too tight); off, the bound is the sample's `k`-th best.
     pub bitonic_tight_bound: bool,
-    /// What [`RowsAlgorithm::Auto`](crate::RowsAlgorithm::Auto) runs: `None` for the cost
+    /// What [`Algorithm::Auto`](crate::Algorithm::Auto) runs on rows: `None` for the cost
     /// model's choice, else this family (a measurement hook for the cost model's sweeps).
     pub rows_auto_kernel: Option<RowsKernelFamily>,
     /// Rows with warp queues: `Some(true)` gives each warp a row of its own, `Some(false)`

@@ -7,10 +7,11 @@ use gpu_select_kernels::topk::sort_choose::{
     SortScanLayout, SortScatterLayout, passes_of,
 };
 
-use super::{TopK, WorkspaceCarver};
 use crate::buffer::DeviceBuffer;
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, LaunchShape};
+use crate::results::TopK;
+use crate::workspace::WorkspaceCarver;
 use crate::{Order, SelectKey};
 
 /// Blocks per multiprocessor of the count and scatter passes (the scatter takes 19 to 27 KiB of
@@ -21,14 +22,14 @@ const SORT_TILE: u64 = gpu_select_kernels::block::tiles::TILE;
 
 /// The shape of a sort & choose.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct SortChoosePlan {
+pub(crate) struct SortChoosePlan {
     /// Blocks of the count and scatter launches.
     blocks: u32,
 }
 
 impl SortChoosePlan {
     /// The plan for `n` keys; errors for 2^32 keys or more (32-bit positions).
-    pub(super) fn new(n: u64, multiprocessors: u32) -> Result<Self> {
+    pub(crate) fn new(n: u64, multiprocessors: u32) -> Result<Self> {
         if n >= 1 << 32 {
             return Err(Error::invalid(format!("{n} keys: sort & choose takes fewer than 2^32 keys")));
         }
@@ -43,15 +44,15 @@ impl SortChoosePlan {
 /// Where sort & choose keeps its state in a workspace: the per-block counts and two
 /// buffers of every key and its 32-bit position.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct SortChooseWorkspace {
+pub(crate) struct SortChooseWorkspace {
     counts: usize,
     keys: [usize; 2],
     positions: [usize; 2],
-    pub(super) bytes: usize,
+    pub(crate) bytes: usize,
 }
 
 impl SortChooseWorkspace {
-    pub(super) fn new(plan: &SortChoosePlan, n: usize, key_bytes: usize) -> Self {
+    pub(crate) fn new(plan: &SortChoosePlan, n: usize, key_bytes: usize) -> Self {
         let mut carver = WorkspaceCarver::default();
         let counts = carver.region(plan.blocks as usize * SORT_DIGITS * 4);
         let keys = [carver.region(n * key_bytes), carver.region(n * key_bytes)];
@@ -64,7 +65,7 @@ impl Gpu {
     /// Queues sort & choose: a radix sort of every key (count, scan and scatter per 8-bit
     /// digit), whose last pass writes the first `k` to `out`. Sorted and stable, so the
     /// result is best first with ties lowest index first, whatever `sorted` asks.
-    pub(super) fn run_sort_choose<K: SelectKey>(
+    pub(crate) fn run_sort_choose<K: SelectKey>(
         &self,
         data: &DeviceBuffer<K>,
         k: usize,

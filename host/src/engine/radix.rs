@@ -6,10 +6,12 @@ use gpu_select_kernels::topk::radix::{
     RadixParams, RadixPassLayout, levels_of,
 };
 
-use super::{OutputStaging, TopK, WorkspaceCarver};
+use super::top_k::OutputStaging;
 use crate::buffer::DeviceBuffer;
 use crate::error::Result;
 use crate::gpu::{Gpu, LaunchShape};
+use crate::results::TopK;
+use crate::workspace::WorkspaceCarver;
 use crate::{Order, SelectKey};
 
 /// Blocks per multiprocessor of the count and filter passes: as many as fit at once (the
@@ -21,7 +23,7 @@ const CAPACITY_DIVISOR: u64 = 32;
 
 /// The shape of a radix-select top-k.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct RadixPlan {
+pub(crate) struct RadixPlan {
     /// Blocks of the count and filter launches.
     blocks: u32,
     /// Candidates per buffer.
@@ -31,7 +33,7 @@ pub(super) struct RadixPlan {
 }
 
 impl RadixPlan {
-    pub(super) fn new(n: u64, multiprocessors: u32, sort_output: bool) -> Self {
+    pub(crate) fn new(n: u64, multiprocessors: u32, sort_output: bool) -> Self {
         let blocks = n
             .div_ceil(RADIX_TILE)
             .min((multiprocessors * RADIX_BLOCKS_PER_SM) as u64)
@@ -42,7 +44,7 @@ impl RadixPlan {
 
 /// Where the radix-select top-k keeps its state in a workspace.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct RadixWorkspace {
+pub(crate) struct RadixWorkspace {
     levels: usize,
     totals: usize,
     /// Bytes from the start that are cleared before the first launch (levels and totals).
@@ -53,11 +55,11 @@ pub(super) struct RadixWorkspace {
     buffer_keys: [usize; 2],
     buffer_indices: [usize; 2],
     staging: OutputStaging,
-    pub(super) bytes: usize,
+    pub(crate) bytes: usize,
 }
 
 impl RadixWorkspace {
-    pub(super) fn new(plan: &RadixPlan, k: usize, key_bytes: usize) -> Self {
+    pub(crate) fn new(plan: &RadixPlan, k: usize, key_bytes: usize) -> Self {
         let mut carver = WorkspaceCarver::default();
         let levels = carver.region(LEVEL_SLOTS * size_of::<RadixLevel>());
         let totals = carver.region(LEVEL_SLOTS * BUCKETS * 8);
@@ -88,7 +90,7 @@ impl RadixWorkspace {
 impl Gpu {
     /// Queues the radix-select top-k (kernel docs: `gpu_select_kernels::topk::radix`):
     /// count, choose and filter per level, without reading anything back.
-    pub(super) fn run_radix<K: SelectKey>(
+    pub(crate) fn run_radix<K: SelectKey>(
         &self,
         data: &DeviceBuffer<K>,
         k: usize,

@@ -17,7 +17,7 @@
 
 use gpu_select_kernels::entry::KernelId;
 use gpu_select_kernels::params::GlobalPtr;
-use gpu_select_kernels::topk::rows::{NO_INDEX, ROWS_THREADS, RowsLayout, RowsParams};
+use gpu_select_kernels::topk::rows::{ROWS_THREADS, RowsLayout, RowsParams};
 use gpu_select_kernels::topk::rows_merge::{
     MERGE_MAX_CANDIDATES, MERGE_MAX_RUNS, MERGE_ROWS_THREADS, RowsMergeLayout,
 };
@@ -31,45 +31,13 @@ use gpu_select_kernels::warp::select::{MAX_QUEUE_K, queue_registers};
 
 use super::cost::Device;
 use super::rows_cost::{self, RowsPlan, RowsShape};
-use super::{TopK, TopKOptions};
 use crate::buffer::DeviceBuffer;
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, LaunchShape};
+use crate::options::{Algorithm, PADDING_INDEX, TopKOptions};
+use crate::results::TopK;
 use crate::tuning::{RowsKernelFamily, Tuning};
 use crate::{Order, SelectKey};
-
-/// The index of a padding slot in the result of [`Gpu::top_k_rows_ragged`]: a row shorter
-/// than `k` fills its slots past its length with this index and the worst non-NaN key of
-/// the order (`+inf` / `MAX` for the smallest keys, `-inf` / `MIN` for the largest).
-pub const PADDING_INDEX: u64 = NO_INDEX;
-
-/// Which kernel a batched top-k runs for `k ≤ 2048` (larger `k` always takes one top-k per
-/// row). [`RowsAlgorithm::Auto`] picks; the others are for callers who measured their own
-/// shapes, and for tests.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum RowsAlgorithm {
-    /// The kernel the cost model predicts faster for the shape, `k` and key size: a fixed
-    /// part and each unit's work (keys read, keys entering a queue, candidates sorted),
-    /// in waves over the multiprocessors, bounded by the reads; fitted to every kernel on
-    /// 187 shapes on an H100 (docs/rows.md). There, its choice costs 3 % on average
-    /// against the faster kernel measured. Radix selection wins for large `k`, long rows
-    /// and few rows; the queues for `k = 1` and for small `k` on many short rows.
-    /// `GPU_SELECT_ROWS_ALGORITHM` = `warp-select` or `radix-select` overrides the choice (a
-    /// measurement hook for benchmarks); [`Gpu::top_k_rows_predicted_ms`] tells the
-    /// prediction.
-    #[default]
-    Auto,
-    /// WarpSelect queues in registers: one read of each row, but every key that enters a
-    /// queue costs merges that grow with `k`. Wins for small `k` (tens to a few hundred),
-    /// and for few long rows, which it splits over several blocks.
-    WarpSelect,
-    /// Radix selection, a block per row: histogram passes over the row until at most 2048
-    /// keys can be among its `k` best (usually one pass), a read that gathers them, and a
-    /// block sort. About two reads of each row whatever `k` is: wins for large `k`. Rows of
-    /// at most 1024 keys with `k ≤ 256` take a warp each instead: one read into registers,
-    /// histogram passes there, a sort of the few candidates in registers.
-    RadixSelect,
-}
 
 /// Warps of a BlockSelect block.
 const WARPS_PER_BLOCK: u32 = ROWS_THREADS / 32;
@@ -97,8 +65,12 @@ struct Rows<'a> {
     count: u64,
     /// Keys per row (dense), or 0 (ragged).
     cols: u64,
+    /// Keys from one dense row's start to the next's.
+    stride: u64,
     /// The offsets on the device (ragged), or null (dense).
     offsets: GlobalPtr<u64>,
+    /// The caller's index of each key (laid out as the keys), or null for the column.
+    indices: GlobalPtr<u64>,
     /// The same offsets on the host (ragged), or `None` (dense).
     host_offsets: Option<&'a [u64]>,
     /// The mean row length: sizes the split of long rows.
@@ -120,7 +92,7 @@ impl Rows<'_> {
     fn start(&self, row: usize) -> usize {
         match self.host_offsets {
             Some(offsets) => offsets[row] as usize,
-            None => row * self.cols as usize,
+            None => row * self.stride as usize,
         }
     }
 
@@ -131,121 +103,180 @@ impl Rows<'_> {
     }
 }
 
+/// Which kernel a batched top-k runs for `k ≤ 2048` (larger `k` always takes one top-k per
+/// row): the rows' share of [`Algorithm`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum RowsAlgorithm {
+    /// The kernel the cost model ([`rows_cost`]) predicts faster, unless
+    /// [`Tuning::rows_auto_kernel`] forces one.
+    #[default]
+    Auto,
+    /// WarpSelect queues ([`Algorithm::WarpSelect`]).
+    WarpSelect,
+    /// Radix selection per row ([`Algorithm::RadixSelect`]).
+    RadixSelect,
+}
+
+impl RowsAlgorithm {
+    /// The rows' kernel for `algorithm`, or `None` for an algorithm of one array only.
+    pub(crate) fn of(algorithm: Algorithm) -> Option<Self> {
+        match algorithm {
+            Algorithm::Auto => Some(RowsAlgorithm::Auto),
+            Algorithm::WarpSelect => Some(RowsAlgorithm::WarpSelect),
+            Algorithm::RadixSelect => Some(RowsAlgorithm::RadixSelect),
+            _ => None,
+        }
+    }
+}
+
+/// Rows of a batched top-k as a plan keeps them: their count and shape, and for ragged rows
+/// the offsets as read when planned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct RowsSpec {
+    count: u64,
+    /// Keys per dense row (0 for ragged rows).
+    cols: u64,
+    /// Keys from one dense row's start to the next's.
+    stride: u64,
+    /// The offsets (ragged rows).
+    host_offsets: Option<Vec<u64>>,
+    mean_len: u64,
+    max_len: u64,
+}
+
+impl RowsSpec {
+    /// Dense rows: `rows` of `cols` keys, each `stride` keys after the one before, checked
+    /// against `k` (as [`Keys::rows`](crate::Keys::rows) documents).
+    pub(crate) fn dense(rows: usize, cols: usize, stride: usize, k: usize) -> Result<Self> {
+        if rows == 0 || cols == 0 {
+            return Err(Error::EmptyInput);
+        }
+        check_k(k)?;
+        if k > cols {
+            return Err(Error::k_out_of_range(k, 1, cols, format!("a row has {cols} keys")));
+        }
+        if stride < cols {
+            return Err(Error::invalid(format!(
+                "a row stride of {stride} keys is shorter than a row ({cols} keys)"
+            )));
+        }
+        (rows - 1)
+            .checked_mul(stride)
+            .and_then(|start| start.checked_add(cols))
+            .ok_or_else(|| Error::invalid(format!("{rows} rows of stride {stride} overflow usize")))?;
+        rows.checked_mul(k).ok_or_else(|| Error::invalid(format!("{rows} rows × k = {k} overflow usize")))?;
+        check_row_len(cols as u64)?;
+        Ok(RowsSpec {
+            count: rows as u64,
+            cols: cols as u64,
+            stride: stride as u64,
+            host_offsets: None,
+            mean_len: cols as u64,
+            max_len: cols as u64,
+        })
+    }
+
+    /// Ragged rows: row `r` is keys `offsets[r] .. offsets[r + 1]` of `data_len`.
+    pub(crate) fn ragged(offsets: Vec<u64>, data_len: usize, k: usize) -> Result<Self> {
+        if offsets.len() < 2 {
+            return Err(Error::EmptyInput);
+        }
+        check_k(k)?;
+        let mut max_len = 0;
+        for (row, pair) in offsets.windows(2).enumerate() {
+            if pair[1] < pair[0] {
+                return Err(Error::invalid(format!(
+                    "row offsets decrease at row {row}: {} then {}",
+                    pair[0], pair[1]
+                )));
+            }
+            check_row_len(pair[1] - pair[0])?;
+            max_len = max_len.max(pair[1] - pair[0]);
+        }
+        let last = *offsets.last().unwrap();
+        if last > data_len as u64 {
+            return Err(Error::invalid(format!(
+                "the last row ends at {last}, past the data ({data_len} keys)"
+            )));
+        }
+        let rows = offsets.len() - 1;
+        rows.checked_mul(k).ok_or_else(|| Error::invalid(format!("{rows} rows × k = {k} overflow usize")))?;
+        Ok(RowsSpec {
+            count: rows as u64,
+            cols: 0,
+            stride: 0,
+            mean_len: (last - offsets[0]) / rows as u64,
+            host_offsets: Some(offsets),
+            max_len,
+        })
+    }
+
+    /// Number of rows.
+    pub(crate) fn count(&self) -> usize {
+        self.count as usize
+    }
+
+    /// Keys the data must hold at least: one past the last row's end.
+    pub(crate) fn data_len(&self) -> usize {
+        match &self.host_offsets {
+            Some(offsets) => *offsets.last().unwrap() as usize,
+            None => ((self.count - 1) * self.stride + self.cols) as usize,
+        }
+    }
+
+    /// The offsets of ragged rows.
+    pub(crate) fn offsets(&self) -> Option<&[u64]> {
+        self.host_offsets.as_deref()
+    }
+
+    /// The rows as the kernels see them, with the device's copy of the offsets (ragged) and
+    /// the caller's indices (or null).
+    fn rows(&self, offsets: GlobalPtr<u64>, indices: GlobalPtr<u64>) -> Rows<'_> {
+        Rows {
+            count: self.count,
+            cols: self.cols,
+            stride: self.stride,
+            offsets,
+            indices,
+            host_offsets: self.host_offsets.as_deref(),
+            mean_len: self.mean_len,
+            max_len: self.max_len,
+        }
+    }
+}
+
 impl Gpu {
-    /// The `k` largest (or smallest) keys of every row of a row-major `rows × cols` matrix
-    /// and their columns: `rows · k` values and indices, row after row, each row's best
-    /// first. Order, NaN and tie policies as [`Gpu::top_k`] (NaN above +inf; equal keys by
-    /// lower column first).
-    ///
-    /// Errors: [`Error::EmptyInput`] for no rows or no columns; [`Error::KOutOfRange`]
-    /// for `k = 0` or `k > cols`; [`Error::LengthMismatch`] when `data` is not
-    /// `rows · cols` keys.
-    ///
-    /// ```
-    /// use gpu_select::{Gpu, Order};
-    ///
-    /// let gpu = Gpu::emulator();
-    /// let matrix = gpu.upload(&[3.0f32, 9.0, 1.0, 7.0, /* row 1: */ 5.0, 5.0, 8.0, -2.0])?;
-    /// let top = gpu.top_k_rows(&matrix, 2, 4, 2, Order::Largest)?;
-    /// assert_eq!(gpu.download(&top.values)?, [9.0, 7.0, 8.0, 5.0]);
-    /// assert_eq!(gpu.download(&top.indices)?, [1, 3, 2, 0]);
-    /// # Ok::<(), gpu_select::Error>(())
-    /// ```
-    pub fn top_k_rows<K: SelectKey>(
+    /// The cost model's predicted time, in milliseconds, of the rows kernel `algorithm`
+    /// runs (for `Auto`, the one it picks) on `spec`; `None` for `k` beyond 2048 (one
+    /// top-k per row; not a choice the model makes) and on the emulator.
+    pub(crate) fn rows_predicted_ms(
         &self,
-        data: &DeviceBuffer<K>,
-        rows: usize,
-        cols: usize,
+        spec: &RowsSpec,
         k: usize,
-        order: Order,
-    ) -> Result<TopK<K>> {
-        self.top_k_rows_with(data, rows, cols, k, order, RowsAlgorithm::Auto)
-    }
-
-    /// [`Gpu::top_k_rows`] with the kernel chosen by the caller.
-    ///
-    /// ```
-    /// use gpu_select::{Gpu, Order, RowsAlgorithm};
-    ///
-    /// let gpu = Gpu::emulator();
-    /// let matrix = gpu.upload(&[3.0f32, 9.0, 1.0, 7.0, /* row 1: */ 5.0, 5.0, 8.0, -2.0])?;
-    /// let top = gpu.top_k_rows_with(&matrix, 2, 4, 2, Order::Smallest, RowsAlgorithm::RadixSelect)?;
-    /// assert_eq!(gpu.download(&top.values)?, [1.0, 3.0, -2.0, 5.0]);
-    /// assert_eq!(gpu.download(&top.indices)?, [2, 0, 3, 0]);
-    /// # Ok::<(), gpu_select::Error>(())
-    /// ```
-    pub fn top_k_rows_with<K: SelectKey>(
-        &self,
-        data: &DeviceBuffer<K>,
-        rows: usize,
-        cols: usize,
-        k: usize,
-        order: Order,
-        algorithm: RowsAlgorithm,
-    ) -> Result<TopK<K>> {
-        let shape = self.dense_input(data, rows, cols, k)?;
-        let bytes = self.rows_workspace_bytes::<K>(shape, k, order, algorithm)?;
-        // Every byte of the workspace the kernels read, they or the run clear first; the
-        // outputs are written whole. The workspace is freed in stream order on return.
-        let mut workspace = self.alloc_uninit::<u8>(bytes)?;
-        let total = rows * k; // checked by dense_shape
-        let mut out =
-            TopK { values: self.alloc_uninit::<K>(total)?, indices: self.alloc_uninit::<u64>(total)? };
-        self.select_rows(data, shape, k, order, algorithm, &mut workspace, &mut out)?;
-        Ok(out)
-    }
-
-    /// The cost model's predicted time, in milliseconds, of [`Gpu::top_k_rows`] on a
-    /// `rows × cols` matrix of `K` with `algorithm` on this device; for
-    /// [`RowsAlgorithm::Auto`], of the kernel it picks. `None` for shapes the call would
-    /// refuse, for `k` beyond 2048 (one top-k per row; not a choice the model makes), and on
-    /// the emulator, whose speed says nothing about a GPU's.
-    ///
-    /// ```
-    /// use gpu_select::{Gpu, RowsAlgorithm};
-    ///
-    /// let gpu = Gpu::emulator();
-    /// assert_eq!(gpu.top_k_rows_predicted_ms::<f32>(64, 131_072, 50, RowsAlgorithm::Auto), None);
-    /// ```
-    pub fn top_k_rows_predicted_ms<K: SelectKey>(
-        &self,
-        rows: usize,
-        cols: usize,
-        k: usize,
+        key_bytes: usize,
         algorithm: RowsAlgorithm,
     ) -> Option<f64> {
         if self.backend() == crate::BackendKind::Emulator {
             return None;
         }
-        let shape = dense_shape(rows, cols, k).ok()?;
+        let rows = spec.rows(GlobalPtr::null(), GlobalPtr::null());
         let device = self.cost_device();
         let tuning = self.tuning();
-        let algorithm = resolve(algorithm, shape, k, size_of::<K>(), device, tuning)?;
-        Some(predicted_ms(algorithm, shape, k, size_of::<K>(), device, tuning))
+        let algorithm = resolve(algorithm, rows, k, key_bytes, device, tuning)?;
+        Some(predicted_ms(algorithm, rows, k, key_bytes, device, tuning))
     }
 
-    /// Bytes of workspace [`Gpu::top_k_rows_into`] needs (checks the arguments as the run
-    /// does): none when each row is one block's work, the candidates of the first pass when
-    /// long rows are split, one top-k's workspace for `k` beyond the queues.
-    pub fn top_k_rows_workspace_bytes<K: SelectKey>(
+    /// Workspace bytes of [`Gpu::run_rows`]: the split's candidates when rows are split,
+    /// none for a kernel's pass a row, else the largest top-k workspace over the non-empty
+    /// rows.
+    pub(crate) fn rows_workspace_bytes<K: SelectKey>(
         &self,
-        rows: usize,
-        cols: usize,
-        k: usize,
-        order: Order,
-    ) -> Result<usize> {
-        self.rows_workspace_bytes::<K>(dense_shape(rows, cols, k)?, k, order, RowsAlgorithm::Auto)
-    }
-
-    /// Workspace bytes of `select_rows`: the split's candidates when rows are split, none
-    /// for a kernel's pass a row, else the largest top-k workspace over the non-empty rows.
-    fn rows_workspace_bytes<K: SelectKey>(
-        &self,
-        shape: Rows,
+        spec: &RowsSpec,
         k: usize,
         order: Order,
         algorithm: RowsAlgorithm,
     ) -> Result<usize> {
+        let shape = spec.rows(GlobalPtr::null(), GlobalPtr::null());
         if let Some(plan) = self.rows_plan(algorithm, shape, k, size_of::<K>()) {
             return Ok(match plan.parts() {
                 1 => 0,
@@ -256,149 +287,33 @@ impl Gpu {
         (0..shape.distinct())
             .map(|row| shape.len(row))
             .filter(|&len| len > 0)
-            .map(|len| self.top_k_workspace_bytes::<K>(len, k.min(len), &options))
-            .try_fold(0, |most: usize, bytes| bytes.map(|bytes| most.max(bytes)))
+            .map(|len| {
+                let kept = k.min(len);
+                Ok(self.plan_array_top_k(len, kept, size_of::<K>(), &options)?.workspace_bytes(
+                    len,
+                    kept,
+                    size_of::<K>(),
+                ))
+            })
+            .try_fold(0, |most: usize, bytes: Result<usize>| bytes.map(|bytes| most.max(bytes)))
     }
 
-    /// [`Gpu::top_k_rows`] into caller-provided outputs (`out.values` and `out.indices` of
-    /// `rows · k`), with a caller-provided workspace of at least
-    /// [`Gpu::top_k_rows_workspace_bytes`]: no allocation, no wait. Queues the work; a
-    /// download of `out` waits for it.
-    ///
-    /// ```
-    /// use gpu_select::{Gpu, Order, TopK};
-    ///
-    /// let gpu = Gpu::emulator();
-    /// let (rows, cols, k) = (3, 1000, 10);
-    /// let keys: Vec<u32> = (0..rows * cols).map(|i| (i as u32).wrapping_mul(2_654_435_761)).collect();
-    /// let matrix = gpu.upload(&keys)?;
-    /// let mut workspace = gpu.alloc_zeroed::<u8>(gpu.top_k_rows_workspace_bytes::<u32>(rows, cols, k, Order::Smallest)?)?;
-    /// let mut out = TopK { values: gpu.alloc_zeroed::<u32>(rows * k)?, indices: gpu.alloc_zeroed::<u64>(rows * k)? };
-    /// // Reused call after call, as a loop over batches would.
-    /// gpu.top_k_rows_into(&matrix, rows, cols, k, Order::Smallest, &mut workspace, &mut out)?;
-    /// let mut expected = keys[..cols].to_vec();
-    /// expected.sort();
-    /// assert_eq!(gpu.download(&out.values)?[..k], expected[..k]);
-    /// # Ok::<(), gpu_select::Error>(())
-    /// ```
+    /// Queues the top-k of every row of `spec` in `data` (checked by the caller: long enough,
+    /// `offsets` the device's copy of the ragged offsets, `indices` the caller's or null)
+    /// into `out` (`rows · k`), with `workspace` of [`Gpu::rows_workspace_bytes`].
     #[allow(clippy::too_many_arguments)]
-    pub fn top_k_rows_into<K: SelectKey>(
+    pub(crate) fn run_rows<K: SelectKey>(
         &self,
         data: &DeviceBuffer<K>,
-        rows: usize,
-        cols: usize,
-        k: usize,
-        order: Order,
-        workspace: &mut DeviceBuffer<u8>,
-        out: &mut TopK<K>,
-    ) -> Result<()> {
-        let shape = self.dense_input(data, rows, cols, k)?;
-        self.check_outputs(out, rows * k, ["row top-k output values", "row top-k output indices"])?;
-        let needed = self.rows_workspace_bytes::<K>(shape, k, order, RowsAlgorithm::Auto)?;
-        self.check_workspace(workspace, needed)?;
-        self.select_rows(data, shape, k, order, RowsAlgorithm::Auto, workspace, out)
-    }
-
-    /// [`Gpu::top_k_rows`] for rows of varying length, given by `offsets` as in CSR: row
-    /// `r` is `data[offsets[r] .. offsets[r + 1]]`, so `offsets` has `rows + 1` entries.
-    /// Rows shorter than `k` (empty ones too) return what they have, then padding:
-    /// [`PADDING_INDEX`] and the worst non-NaN key of the order.
-    ///
-    /// Errors: [`Error::EmptyInput`] for no rows (fewer than two offsets);
-    /// [`Error::KOutOfRange`] for `k = 0`; [`Error::InvalidArgument`] for offsets that
-    /// decrease or pass the end of `data`. Waits: the offsets are read back to check them,
-    /// and when a row is shorter than `k` the call waits for its padding's copies.
-    ///
-    /// ```
-    /// use gpu_select::{Gpu, Order, PADDING_INDEX};
-    ///
-    /// let gpu = Gpu::emulator();
-    /// let data = gpu.upload(&[4u32, 1, 3, /* row 1 is empty */ /* row 2: */ 2])?;
-    /// let offsets = gpu.upload(&[0u64, 3, 3, 4])?;
-    /// let top = gpu.top_k_rows_ragged(&data, &offsets, 2, Order::Smallest)?;
-    /// assert_eq!(gpu.download(&top.values)?, [1, 3, u32::MAX, u32::MAX, 2, u32::MAX]);
-    /// assert_eq!(gpu.download(&top.indices)?, [1, 2, PADDING_INDEX, PADDING_INDEX, 0, PADDING_INDEX]);
-    /// # Ok::<(), gpu_select::Error>(())
-    /// ```
-    pub fn top_k_rows_ragged<K: SelectKey>(
-        &self,
-        data: &DeviceBuffer<K>,
-        offsets: &DeviceBuffer<u64>,
-        k: usize,
-        order: Order,
-    ) -> Result<TopK<K>> {
-        self.top_k_rows_ragged_with(data, offsets, k, order, RowsAlgorithm::Auto)
-    }
-
-    /// [`Gpu::top_k_rows_ragged`] with the kernel chosen by the caller.
-    pub fn top_k_rows_ragged_with<K: SelectKey>(
-        &self,
-        data: &DeviceBuffer<K>,
-        offsets: &DeviceBuffer<u64>,
+        spec: &RowsSpec,
+        (offsets, indices): (GlobalPtr<u64>, GlobalPtr<u64>),
         k: usize,
         order: Order,
         algorithm: RowsAlgorithm,
-    ) -> Result<TopK<K>> {
-        data.check_gpu(self, "the data")?;
-        offsets.check_gpu(self, "the row offsets")?;
-        if offsets.len() < 2 {
-            return Err(Error::EmptyInput);
-        }
-        check_k(k)?;
-        let host_offsets = self.download(offsets)?;
-        let mut max_len = 0;
-        for (row, pair) in host_offsets.windows(2).enumerate() {
-            if pair[1] < pair[0] {
-                return Err(Error::invalid(format!(
-                    "row offsets decrease at row {row}: {} then {}",
-                    pair[0], pair[1]
-                )));
-            }
-            check_row_len(pair[1] - pair[0])?;
-            max_len = max_len.max(pair[1] - pair[0]);
-        }
-        let last = *host_offsets.last().unwrap();
-        if last > data.len() as u64 {
-            return Err(Error::invalid(format!(
-                "the last row ends at {last}, past the data ({} keys)",
-                data.len()
-            )));
-        }
-        let rows = host_offsets.len() - 1;
-        let shape = Rows {
-            count: rows as u64,
-            cols: 0,
-            offsets: offsets.global_ptr(),
-            host_offsets: Some(&host_offsets),
-            mean_len: (last - host_offsets[0]) / rows as u64,
-            max_len,
-        };
-        let total = rows
-            .checked_mul(k)
-            .ok_or_else(|| Error::invalid(format!("{rows} rows × k = {k} overflow usize")))?;
-        let bytes = self.rows_workspace_bytes::<K>(shape, k, order, algorithm)?;
-        // As in `top_k_rows_with`: nothing to clear, freed in stream order.
-        let mut workspace = self.alloc_uninit::<u8>(bytes)?;
-        let mut out =
-            TopK { values: self.alloc_uninit::<K>(total)?, indices: self.alloc_uninit::<u64>(total)? };
-        self.select_rows(data, shape, k, order, algorithm, &mut workspace, &mut out)?;
-        Ok(out)
-    }
-
-    /// [`Gpu::top_k_rows`] of a host matrix (`data.len() / cols` rows): uploads it, runs,
-    /// downloads the values and indices.
-    pub fn top_k_rows_host<K: SelectKey>(
-        &self,
-        data: &[K],
-        cols: usize,
-        k: usize,
-        order: Order,
-    ) -> Result<(Vec<K>, Vec<u64>)> {
-        if cols == 0 || !data.len().is_multiple_of(cols) {
-            return Err(Error::invalid(format!("{} keys do not make rows of {cols}", data.len())));
-        }
-        let top = self.top_k_rows(&self.upload(data)?, data.len() / cols, cols, k, order)?;
-        Ok((self.download(&top.values)?, self.download(&top.indices)?))
+        workspace: &mut DeviceBuffer<u8>,
+        out: &mut TopK<K>,
+    ) -> Result<()> {
+        self.select_rows(data, spec.rows(offsets, indices), k, order, algorithm, workspace, out)
     }
 
     /// The dispatch: radix selection or the queue kernels for `k ≤ 2048` ([`resolve`]),
@@ -436,27 +351,6 @@ impl Gpu {
         let tuning = self.tuning();
         let algorithm = resolve(algorithm, rows, k, key_bytes, device, tuning)?;
         Some(plan(algorithm, rows, k as u32, key_bytes, device.multiprocessors, tuning))
-    }
-
-    /// Checks a dense matrix argument (as [`Gpu::top_k_rows`] documents) and describes it.
-    fn dense_input<K: SelectKey>(
-        &self,
-        data: &DeviceBuffer<K>,
-        rows: usize,
-        cols: usize,
-        k: usize,
-    ) -> Result<Rows<'static>> {
-        data.check_gpu(self, "the data")?;
-        let shape = dense_shape(rows, cols, k)?;
-        let expected = rows * cols; // checked by dense_shape
-        if data.len() != expected {
-            return Err(Error::LengthMismatch {
-                what: "matrix keys (rows · cols)",
-                expected,
-                actual: data.len(),
-            });
-        }
-        Ok(shape)
     }
 
     /// The radix kernels: a warp per short row, a block per row, or (few long dense rows,
@@ -584,7 +478,17 @@ impl Gpu {
             if kept > 0 {
                 let mut row_out =
                     TopK { values: out.values.view(row * k, kept), indices: out.indices.view(row * k, kept) };
-                self.top_k_into(&data.view(start, len), kept, &options, workspace, &mut row_out)?;
+                let plan = self.plan_array_top_k(len, kept, size_of::<K>(), &options)?;
+                let base = workspace.global_ptr().address();
+                self.run_top_k(&data.view(start, len), kept, order, &plan, base, &mut row_out)?;
+                if !rows.indices.is_null() {
+                    // The caller's indices for the row's positions.
+                    self.gather_indices(
+                        row_out.indices.global_ptr(),
+                        rows.indices.offset(start as u64),
+                        kept as u64,
+                    )?;
+                }
             }
             if let (true, Some(padding)) = (kept < k, &padding) {
                 let missing = k - kept;
@@ -750,40 +654,18 @@ fn rows_params<K: SelectKey>(
 ) -> RowsParams<K> {
     RowsParams {
         keys_in: data.global_ptr(),
-        indices_in: GlobalPtr::null(),
+        indices_in: rows.indices,
         row_offsets: rows.offsets,
         keys_out: out.values.global_ptr(),
         indices_out: out.indices.global_ptr(),
         rows: rows.count,
         cols: rows.cols,
-        row_stride: rows.cols,
+        row_stride: rows.stride,
         k,
         order: order.to_raw(),
         blocks_per_row: 1,
         warps_per_part,
     }
-}
-
-/// Checks a dense shape (as [`Gpu::top_k_rows`] documents) and describes it.
-fn dense_shape(rows: usize, cols: usize, k: usize) -> Result<Rows<'static>> {
-    if rows == 0 || cols == 0 {
-        return Err(Error::EmptyInput);
-    }
-    check_k(k)?;
-    if k > cols {
-        return Err(Error::k_out_of_range(k, 1, cols, format!("a row has {cols} keys")));
-    }
-    rows.checked_mul(cols).ok_or_else(|| Error::invalid(format!("{rows} × {cols} keys overflow usize")))?;
-    rows.checked_mul(k).ok_or_else(|| Error::invalid(format!("{rows} rows × k = {k} overflow usize")))?;
-    check_row_len(cols as u64)?;
-    Ok(Rows {
-        count: rows as u64,
-        cols: cols as u64,
-        offsets: GlobalPtr::null(),
-        host_offsets: None,
-        mean_len: cols as u64,
-        max_len: cols as u64,
-    })
 }
 
 /// Workspace bytes for `candidates` keys and indices of a split row's first pass.
@@ -888,7 +770,9 @@ mod tests {
         Rows {
             count,
             cols: mean_len,
+            stride: mean_len,
             offsets: GlobalPtr::null(),
+            indices: GlobalPtr::null(),
             host_offsets: None,
             mean_len,
             max_len: mean_len,

@@ -1,6 +1,6 @@
-//! Selection by rank: the element of rank `k` ([`Gpu::select`]), a fast approximation with
-//! its exact rank ([`Gpu::select_approx`]), and the SampleSelect runner that top-k shares
-//! (`Algorithm::SampleSelect`).
+//! The SampleSelect runner: selection by rank (exact, QuickSelect, and the one-level
+//! approximation with its exact rank), and top-k's `Algorithm::SampleSelect` and
+//! `Algorithm::BucketSelect`, which run the same levels with their outputs emitted.
 //!
 //! Kernel docs: `gpu_select_kernels::select::sample`.
 
@@ -17,160 +17,15 @@ use gpu_select_kernels::select::sample::{
 use crate::buffer::{DeviceBuffer, DeviceValue};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, LaunchShape};
-use crate::topk::WorkspaceCarver;
+use crate::options::{SampleSelectPolicy, SelectAlgorithm, SelectOptions};
+use crate::results::Selection;
+use crate::workspace::WorkspaceCarver;
 use crate::{Key, Order, SelectKey};
 
 // Safety: both are `#[repr(C)]` structs of integers without padding; every bit pattern is
 // a valid value.
 unsafe impl DeviceValue for SampleOutcome {}
 unsafe impl DeviceValue for SampleLevel {}
-
-/// Which selection algorithm runs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum SelectAlgorithm {
-    /// The library chooses (SampleSelect today: it wins on every input measured).
-    #[default]
-    Auto,
-    /// SampleSelect (Ribizel & Anzt): up to 256 buckets per level from a sorted sample,
-    /// one-byte oracles, equality buckets for repeated values. About `log_256(n / 2048)`
-    /// passes over shrinking candidates.
-    SampleSelect,
-    /// QuickSelect with a three-way branchless partition around the median of a sample:
-    /// the reference algorithm (about `log_2(n / 2048)` passes).
-    QuickSelect,
-}
-
-/// The tuning parameters of SampleSelect (the paper's §5), as one value.
-///
-/// [`SampleSelectPolicy::for_device`] is the measured choice; the fields are public so that
-/// benchmarks (and users with other GPUs) can try others.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct SampleSelectPolicy {
-    /// Buckets per level are `2^bucket_bits`, 1 to 8 (one-byte oracles).
-    pub bucket_bits: u32,
-    /// Sampled keys per level, 2 to 2048 (one block sort).
-    pub sample_size: u32,
-    /// Blocks per multiprocessor of the count and filter passes.
-    pub blocks_per_sm: u32,
-    /// Count with warp-aggregated atomics (`match.any.sync`) instead of per-thread runs of
-    /// one bucket.
-    pub warp_aggregated: bool,
-    /// Approximate selection with more than 64 buckets counts first against only the 63
-    /// splitters around the wanted rank's estimate: two compares for a key outside them,
-    /// a tree of 6 levels (instead of up to 10) only for the few inside. It counts against
-    /// all splitters only when that cannot prove the answer. The answer is the same either
-    /// way.
-    pub window_count: bool,
-    /// Exact selection starts with a bracket (Floyd–Rivest): two sample keys a few standard
-    /// deviations either side of the wanted rank's estimate, one pass that counts the keys
-    /// below, at and above them and copies those strictly between (about 9 % for a median)
-    /// to a buffer of `n / 8`, where the usual levels go on. No oracles or filter pass on the
-    /// data; a bracket that misses (rarely) costs one more level over the data. Top-k and
-    /// QuickSelect do not use it.
-    pub bracket: bool,
-}
-
-impl SampleSelectPolicy {
-    /// The policy measured best on an H100 (docs/select.md has the sweep).
-    pub fn for_device(_gpu: &Gpu) -> Self {
-        Self {
-            bucket_bits: 8,
-            sample_size: 2048,
-            blocks_per_sm: 8,
-            warp_aggregated: false,
-            window_count: true,
-            bracket: true,
-        }
-    }
-
-    /// QuickSelect's: four buckets (a three-way partition), the median of 128 samples.
-    pub fn quick_select() -> Self {
-        Self {
-            bucket_bits: 2,
-            sample_size: 128,
-            blocks_per_sm: 2,
-            warp_aggregated: false,
-            window_count: true,
-            bracket: false,
-        }
-    }
-
-    fn check(&self, max_bits: u32) -> Result<()> {
-        if self.bucket_bits == 0 || self.bucket_bits > max_bits {
-            return Err(Error::invalid(format!(
-                "bucket_bits = {}: SampleSelect takes 1 to {max_bits}",
-                self.bucket_bits
-            )));
-        }
-        if self.sample_size < 2 || self.sample_size > MAX_SAMPLE {
-            return Err(Error::invalid(format!(
-                "sample_size = {}: SampleSelect samples 2 to {MAX_SAMPLE} keys",
-                self.sample_size
-            )));
-        }
-        if self.blocks_per_sm == 0 {
-            return Err(Error::invalid("blocks_per_sm = 0"));
-        }
-        Ok(())
-    }
-}
-
-/// Options of [`Gpu::select_with`] and [`Gpu::select_approx_with`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SelectOptions {
-    /// Ranks count from the smallest ([`Order::Smallest`], the default) or the largest key.
-    pub order: Order,
-    /// Which algorithm.
-    pub algorithm: SelectAlgorithm,
-    /// Tuning parameters; `None`: the algorithm's measured default.
-    pub policy: Option<SampleSelectPolicy>,
-}
-
-impl Default for SelectOptions {
-    fn default() -> Self {
-        Self::new(Order::Smallest)
-    }
-}
-
-impl SelectOptions {
-    /// Ranks in `order`, [`SelectAlgorithm::Auto`], the default policy.
-    pub fn new(order: Order) -> Self {
-        Self { order, algorithm: SelectAlgorithm::Auto, policy: None }
-    }
-
-    /// The same options with another algorithm.
-    pub fn with_algorithm(self, algorithm: SelectAlgorithm) -> Self {
-        Self { algorithm, ..self }
-    }
-
-    /// The same options with a policy.
-    pub fn with_policy(self, policy: SampleSelectPolicy) -> Self {
-        Self { policy: Some(policy), ..self }
-    }
-}
-
-/// An approximate selection: a key of the input and its exact rank, nearest to the rank
-/// asked for among the keys one level of SampleSelect can rank.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct ApproxSelection<K> {
-    /// A key of the input.
-    pub value: K,
-    /// Its rank (from 0, in the order asked for) nearest to the wanted one: `value` is the
-    /// exact answer for this rank.
-    pub rank: u64,
-    /// Passes over the whole input it took: 1 when the first pass answered (the window
-    /// pass, or the full count without a window), 2 when the window missed and the full
-    /// count ran after it.
-    pub passes: u32,
-}
-
-impl<K> ApproxSelection<K> {
-    /// How far [`ApproxSelection::rank`] is from the rank asked for.
-    pub fn error(&self, wanted: u64) -> u64 {
-        self.rank.abs_diff(wanted)
-    }
-}
 
 /// The fixed seed of the sample positions: results (and top-k's output order) are the same
 /// every run.
@@ -242,6 +97,11 @@ impl SamplePlan {
         let run_capacity =
             if top_k_bracket { capacity / (WARP_TILE + 1) + blocks * TILE_WARPS as u64 + 1 } else { 0 };
         Self { policy, blocks: blocks as u32, capacity, run_capacity, flags }
+    }
+
+    /// The policy it runs with.
+    pub(crate) fn policy(&self) -> SampleSelectPolicy {
+        self.policy
     }
 
     /// Whether the run has `flag` ([`flags`]).
@@ -351,157 +211,30 @@ pub(crate) struct SampleRun {
 }
 
 impl Gpu {
-    /// The key of rank `k` (from 0, smallest first) of `data`: what `data` sorted ascending
-    /// holds at position `k`. Keys follow the total order of [`Key`] (NaN above +inf).
-    ///
-    /// Errors: [`Error::EmptyInput`]; [`Error::KOutOfRange`] for `k ≥ n`. Waits for the
-    /// result (it is returned to the host).
-    ///
-    /// ```
-    /// use gpu_select::Gpu;
-    ///
-    /// let gpu = Gpu::emulator();
-    /// let data = gpu.upload(&[4.0f32, 9.5, -1.0, 9.5, 7.0])?;
-    /// assert_eq!(gpu.select(&data, 0)?, -1.0);
-    /// assert_eq!(gpu.select(&data, 2)?, 7.0); // the median
-    /// # Ok::<(), gpu_select::Error>(())
-    /// ```
-    pub fn select<K: SelectKey>(&self, data: &DeviceBuffer<K>, k: usize) -> Result<K> {
-        self.select_with(data, k, &SelectOptions::default())
+    /// The plan of a selection of `n` keys with `options` (exact, or one level for
+    /// [`SelectAlgorithm::Approximate`]).
+    pub(crate) fn plan_selection(&self, n: usize, options: &SelectOptions) -> Result<SamplePlan> {
+        match options.algorithm {
+            SelectAlgorithm::Approximate { buckets } => self.plan_approx(n, buckets, options),
+            _ => self.plan_exact_select(n, options, 0),
+        }
     }
 
-    /// [`Gpu::select`] with options: rank from the largest, algorithm, tuning.
-    ///
-    /// ```
-    /// use gpu_select::{Gpu, Order, SelectAlgorithm, SelectOptions};
-    ///
-    /// let gpu = Gpu::emulator();
-    /// let data = gpu.upload(&[4u32, 9, 1, 9, 7])?;
-    /// let largest = SelectOptions::new(Order::Largest).with_algorithm(SelectAlgorithm::QuickSelect);
-    /// assert_eq!(gpu.select_with(&data, 2, &largest)?, 7);
-    /// # Ok::<(), gpu_select::Error>(())
-    /// ```
-    pub fn select_with<K: SelectKey>(
+    /// Runs the selection `plan` describes on `data` (checked by the caller) for rank `k`
+    /// (from 0) in `order`, with the workspace at `base`; reads the outcome back (waits).
+    pub(crate) fn run_selection<K: SelectKey>(
         &self,
         data: &DeviceBuffer<K>,
         k: usize,
-        options: &SelectOptions,
-    ) -> Result<K> {
-        let bytes = self.select_workspace_bytes::<K>(data.len(), options)?;
-        let mut workspace = self.alloc_uninit::<u8>(bytes)?;
-        self.select_into(data, k, options, &mut workspace)
-    }
-
-    /// Selection on a host slice: uploads it and runs [`Gpu::select`].
-    pub fn select_host<K: SelectKey>(&self, data: &[K], k: usize) -> Result<K> {
-        self.select(&self.upload(data)?, k)
-    }
-
-    /// Bytes of workspace [`Gpu::select_into`] needs for `n` keys of type `K`: the oracles
-    /// (one byte per key), two candidate buffers (`n / 8` keys each with the bracket, else
-    /// `n / 32`), and a few kilobytes.
-    pub fn select_workspace_bytes<K: SelectKey>(&self, n: usize, options: &SelectOptions) -> Result<usize> {
-        let plan = self.plan_select(n, options, 0)?;
-        Ok(SampleWorkspace::new(&plan, n, size_of::<K>()).bytes)
-    }
-
-    /// [`Gpu::select_with`] with a caller-provided workspace of at least
-    /// [`Gpu::select_workspace_bytes`]. Waits for the result.
-    pub fn select_into<K: SelectKey>(
-        &self,
-        data: &DeviceBuffer<K>,
-        k: usize,
-        options: &SelectOptions,
-        workspace: &mut DeviceBuffer<u8>,
-    ) -> Result<K> {
+        order: Order,
+        plan: &SamplePlan,
+        base: u64,
+    ) -> Result<Selection<K>> {
         check_rank(data.len(), k)?;
-        let plan = self.plan_select(data.len(), options, 0)?;
-        let base = self.checked_workspace(data, &plan, workspace)?;
-        let run = self.run_sample_select(data, k as u64 + 1, options.order, &plan, base, None)?;
-        Ok(decode(run.outcome.value, options.order))
-    }
-
-    /// An input key whose exact rank is as near to `k` (from 0, smallest first) as one level
-    /// of SampleSelect with `buckets` buckets (a power of two, 2 to 1024) can make it: one
-    /// sample, one counting pass, then the sampled splitter whose counted rank is nearest.
-    /// The result carries that rank, so the error is known.
-    ///
-    /// ```
-    /// use gpu_select::Gpu;
-    ///
-    /// let gpu = Gpu::emulator();
-    /// let data: Vec<u32> = (0..10_000).rev().collect();
-    /// let approx = gpu.select_approx(&gpu.upload(&data)?, 5_000, 256)?;
-    /// assert_eq!(approx.value as u64, approx.rank); // the value of rank r is r here
-    /// assert!(approx.error(5_000) <= 100);
-    /// # Ok::<(), gpu_select::Error>(())
-    /// ```
-    pub fn select_approx<K: SelectKey>(
-        &self,
-        data: &DeviceBuffer<K>,
-        k: usize,
-        buckets: usize,
-    ) -> Result<ApproxSelection<K>> {
-        self.select_approx_with(data, k, buckets, &SelectOptions::default())
-    }
-
-    /// [`Gpu::select_approx`] with options (order; the policy's sample size and blocks).
-    pub fn select_approx_with<K: SelectKey>(
-        &self,
-        data: &DeviceBuffer<K>,
-        k: usize,
-        buckets: usize,
-        options: &SelectOptions,
-    ) -> Result<ApproxSelection<K>> {
-        let bytes = self.select_approx_workspace_bytes::<K>(data.len(), buckets, options)?;
-        let mut workspace = self.alloc_uninit::<u8>(bytes)?;
-        self.select_approx_into(data, k, buckets, options, &mut workspace)
-    }
-
-    /// Bytes of workspace [`Gpu::select_approx_into`] needs for `n` keys of type `K`: a few
-    /// tens of kilobytes (level states, splitters, bucket totals; no oracles or buffers).
-    pub fn select_approx_workspace_bytes<K: SelectKey>(
-        &self,
-        n: usize,
-        buckets: usize,
-        options: &SelectOptions,
-    ) -> Result<usize> {
-        let plan = self.plan_approx(n, buckets, options)?;
-        Ok(SampleWorkspace::new(&plan, n, size_of::<K>()).bytes)
-    }
-
-    /// [`Gpu::select_approx_with`] with a caller-provided workspace of at least
-    /// [`Gpu::select_approx_workspace_bytes`]: repeated selections then allocate nothing.
-    /// Waits for the result.
-    ///
-    /// ```
-    /// use gpu_select::{Gpu, SelectOptions};
-    ///
-    /// let gpu = Gpu::emulator();
-    /// let data = gpu.upload(&(0..10_000u32).rev().collect::<Vec<_>>())?;
-    /// let options = SelectOptions::default();
-    /// let bytes = gpu.select_approx_workspace_bytes::<u32>(data.len(), 256, &options)?;
-    /// let mut workspace = gpu.alloc_zeroed::<u8>(bytes)?;
-    /// for k in [100, 5_000, 9_900] {
-    ///     let approx = gpu.select_approx_into(&data, k, 256, &options, &mut workspace)?;
-    ///     assert_eq!(approx.value as u64, approx.rank);
-    /// }
-    /// # Ok::<(), gpu_select::Error>(())
-    /// ```
-    pub fn select_approx_into<K: SelectKey>(
-        &self,
-        data: &DeviceBuffer<K>,
-        k: usize,
-        buckets: usize,
-        options: &SelectOptions,
-        workspace: &mut DeviceBuffer<u8>,
-    ) -> Result<ApproxSelection<K>> {
-        check_rank(data.len(), k)?;
-        let plan = self.plan_approx(data.len(), buckets, options)?;
-        let base = self.checked_workspace(data, &plan, workspace)?;
-        let run = self.run_sample_select(data, k as u64 + 1, options.order, &plan, base, None)?;
-        let value = decode(run.outcome.value, options.order);
-        Ok(ApproxSelection { value, rank: run.outcome.rank, passes: run.outcome.levels })
+        let run = self.run_sample_select(data, k as u64 + 1, order, plan, base, None)?;
+        let value = decode(run.outcome.value, order);
+        let rank = if plan.has_flag(flags::APPROXIMATE) { run.outcome.rank } else { k as u64 };
+        Ok(Selection { value, rank, passes: run.outcome.levels })
     }
 
     /// The plan of an approximate selection with `buckets` buckets.
@@ -516,7 +249,7 @@ impl Gpu {
         }
         let policy = SampleSelectPolicy {
             bucket_bits: buckets.trailing_zeros(),
-            ..options.policy.unwrap_or_else(|| SampleSelectPolicy::for_device(self))
+            ..options.policy.unwrap_or_else(|| SampleSelectPolicy::for_device(self.limits()))
         };
         policy.check(MAX_BUCKET_BITS)?;
         Ok(SamplePlan::new(n as u64, self.limits().multiprocessors, policy, flags::APPROXIMATE))
@@ -524,7 +257,7 @@ impl Gpu {
 
     /// The plan of an exact selection (`extra_flags`: [`flags::EMIT`] for top-k, with
     /// [`flags::BRACKET`] for top-k of a small `k` when the policy brackets).
-    pub(crate) fn plan_select(
+    pub(crate) fn plan_exact_select(
         &self,
         n: usize,
         options: &SelectOptions,
@@ -537,8 +270,8 @@ impl Gpu {
             SelectAlgorithm::QuickSelect => {
                 (options.policy.unwrap_or_else(SampleSelectPolicy::quick_select), flags::SINGLE_PIVOT)
             }
-            SelectAlgorithm::Auto | SelectAlgorithm::SampleSelect => {
-                let policy = options.policy.unwrap_or_else(|| SampleSelectPolicy::for_device(self));
+            SelectAlgorithm::Auto | SelectAlgorithm::SampleSelect | SelectAlgorithm::Approximate { .. } => {
+                let policy = options.policy.unwrap_or_else(|| SampleSelectPolicy::for_device(self.limits()));
                 // Plain selection's bracket, or top-k's when it asks (a small `k`); not bucket
                 // select's, whose splitters are widths, not samples.
                 let wanted = extra_flags == 0 || extra_flags == flags::EMIT | flags::BRACKET;
@@ -552,19 +285,6 @@ impl Gpu {
         }
         let flags = flags | (extra_flags & !flags::BRACKET);
         Ok(SamplePlan::new(n as u64, self.limits().multiprocessors, policy, flags))
-    }
-
-    fn checked_workspace<K: SelectKey>(
-        &self,
-        data: &DeviceBuffer<K>,
-        plan: &SamplePlan,
-        workspace: &mut DeviceBuffer<u8>,
-    ) -> Result<u64> {
-        data.check_gpu(self, "the data")?;
-        workspace.check_gpu(self, "the workspace")?;
-        let needed = SampleWorkspace::new(plan, data.len(), size_of::<K>()).bytes;
-        Error::check_workspace_size(needed, workspace.len())?;
-        Ok(workspace.global_ptr().address())
     }
 
     /// Runs SampleSelect on `data` for the `k`-th smallest rank (from 1) in `order`, with the

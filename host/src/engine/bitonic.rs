@@ -8,13 +8,12 @@ use gpu_select_kernels::topk::bitonic::{
 };
 use gpu_select_kernels::topk::fusion::Fusion;
 
-#[cfg(test)]
-use super::WORKSPACE_ALIGN;
-use super::{TopK, WorkspaceCarver};
 use crate::buffer::DeviceBuffer;
 use crate::error::Result;
 use crate::gpu::{Gpu, LaunchShape};
+use crate::results::TopK;
 use crate::tuning::Tuning;
+use crate::workspace::WorkspaceCarver;
 use crate::{Order, SelectKey};
 
 /// One sample tile per this many tiles of data feeds the pruning bound (0.8 % of the data).
@@ -26,7 +25,7 @@ const SAMPLE_MIN_TILES: u64 = 4 * SAMPLE_EVERY_TILES;
 /// What a chain of passes may launch: the device's multiprocessors and the handle's
 /// [`Tuning`] values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct PassBudget {
+pub(crate) struct PassBudget {
     pub multiprocessors: u32,
     /// [`Tuning::top_k_blocks_per_sm`].
     pub blocks_per_sm: u32,
@@ -38,7 +37,7 @@ pub(super) struct PassBudget {
 }
 
 impl PassBudget {
-    pub(super) fn new(tuning: &Tuning, multiprocessors: u32) -> Self {
+    pub(crate) fn new(tuning: &Tuning, multiprocessors: u32) -> Self {
         PassBudget {
             multiprocessors,
             blocks_per_sm: tuning.top_k_blocks_per_sm.max(1),
@@ -54,7 +53,7 @@ impl PassBudget {
 
     /// An H100's budget with the default tuning (for the plans' unit tests).
     #[cfg(test)]
-    pub(super) fn h100() -> Self {
+    pub(crate) fn h100() -> Self {
         Self::new(&Tuning::default(), 132)
     }
 }
@@ -77,13 +76,13 @@ fn tight_rank(k: u32, sample_share: f64) -> Option<u32> {
 
 /// One reduction pass of the bitonic top-k.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Pass {
+pub(crate) struct Pass {
     /// Inputs the pass may read (the data, or the previous pass's candidates).
     inputs: u64,
     /// Tiles of 2048 it reduces, laid over its inputs as `spread` says.
     tiles: u64,
     spread: TileSpread,
-    pub(super) blocks: u32,
+    pub(crate) blocks: u32,
 }
 
 /// Where a pass's tiles lie in its inputs (the kernel's `tile_stride`, `first_input` and
@@ -139,7 +138,7 @@ const LAST_BLOCK_TILES: u64 = 2;
 
 /// Whether a chain's last block may be left with more than [`LAST_BLOCK_TILES`] tiles.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum LastPass {
+pub(crate) enum LastPass {
     /// Split them over one more pass: for chains whose tiles are full (samples, heaps),
     /// and for k above 256, where each tile is sorted whole in shared memory (about 24 µs).
     Split,
@@ -151,7 +150,7 @@ pub(super) enum LastPass {
 
 impl LastPass {
     /// [`LastPass::Split`] above [`MAX_REGISTER_K`], else `register_path`.
-    pub(super) fn for_k(k: u32, register_path: LastPass) -> Self {
+    pub(crate) fn for_k(k: u32, register_path: LastPass) -> Self {
         if k > MAX_REGISTER_K { LastPass::Split } else { register_path }
     }
 }
@@ -159,7 +158,7 @@ impl LastPass {
 /// Passes over at most `inputs` candidates (each block takes
 /// [`Tuning::top_k_tiles_per_block_later`] tiles, the last at most [`LAST_BLOCK_TILES`] when `last` says so), each next one over
 /// the previous pass's `blocks · k`, until one block is left.
-pub(super) fn candidate_passes(mut inputs: u64, k: u32, budget: PassBudget, last: LastPass) -> Vec<Pass> {
+pub(crate) fn candidate_passes(mut inputs: u64, k: u32, budget: PassBudget, last: LastPass) -> Vec<Pass> {
     let mut passes = Vec::new();
     loop {
         let tiles = inputs.div_ceil(TOPK_TILE);
@@ -208,14 +207,14 @@ struct TightPlan {
 /// sampled inputs the tight plan that runs first (the safe sample chain, when it is not the
 /// tight plan's, and the main chain then run only when the tight plan's result says so).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct BitonicPlan {
+pub(crate) struct BitonicPlan {
     sample: Option<Vec<Pass>>,
     main: Vec<Pass>,
     tight: Option<TightPlan>,
 }
 
 impl BitonicPlan {
-    pub(super) fn new(n: u64, k: u32, budget: PassBudget) -> Self {
+    pub(crate) fn new(n: u64, k: u32, budget: PassBudget) -> Self {
         let tiles = n.div_ceil(TOPK_TILE);
         // One sample tile per stride of the full tiles, its inputs spread over the stride
         // (`TileSpread::sample`): each holds 2048 real inputs.
@@ -263,7 +262,7 @@ impl BitonicPlan {
 /// the counters of appended results ([`BitonicPlan::counters`]). One function sizes and
 /// carves it, so the two cannot disagree.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct BitonicWorkspace {
+pub(crate) struct BitonicWorkspace {
     between: ChainBuffers,
     sample_keys: usize,
     sample_indices: usize,
@@ -271,11 +270,11 @@ pub(super) struct BitonicWorkspace {
     filtered_indices: usize,
     counters: usize,
     counters_bytes: usize,
-    pub(super) bytes: usize,
+    pub(crate) bytes: usize,
 }
 
 impl BitonicWorkspace {
-    pub(super) fn new(plan: &BitonicPlan, k: u32, key_bytes: usize) -> Self {
+    pub(crate) fn new(plan: &BitonicPlan, k: u32, key_bytes: usize) -> Self {
         let mut carver = WorkspaceCarver::default();
         let between = ChainBuffers::carve(&mut carver, plan.passes(), k, key_bytes);
         let sample_keys = carver.region(k as usize * key_bytes);
@@ -302,7 +301,7 @@ impl Gpu {
     /// Queues the bitonic top-k of `data` (its chains: [`BitonicPlan`]) into `out`, with
     /// the filter and transform `fusion` in every pass.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn run_bitonic<K: SelectKey>(
+    pub(crate) fn run_bitonic<K: SelectKey>(
         &self,
         data: &DeviceBuffer<K>,
         k: u32,
@@ -382,7 +381,7 @@ impl Gpu {
     /// Queues the passes of `chain`: its first reads `chain.input` and its last writes
     /// `output` (key and index addresses); the others ping-pong through `between`, each big
     /// enough for the most candidates a pass of the chain writes.
-    pub(super) fn run_chain<K: SelectKey>(
+    pub(crate) fn run_chain<K: SelectKey>(
         &self,
         data: &DeviceBuffer<K>,
         order: Order,
@@ -434,14 +433,14 @@ impl Gpu {
 /// The two ping-pong buffers (keys and indices) between the passes of a workspace's
 /// chains, each as big as the most candidates one of their passes writes.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct ChainBuffers {
+pub(crate) struct ChainBuffers {
     keys: [usize; 2],
     indices: [usize; 2],
 }
 
 impl ChainBuffers {
     /// Carves them for chains of `passes` keeping `k`.
-    pub(super) fn carve<'a>(
+    pub(crate) fn carve<'a>(
         carver: &mut WorkspaceCarver,
         passes: impl IntoIterator<Item = &'a Pass>,
         k: u32,
@@ -455,7 +454,7 @@ impl ChainBuffers {
 
     /// Their (keys, indices) addresses in a workspace at `base`, as [`Gpu::run_chain`] takes
     /// them.
-    pub(super) fn at(&self, base: u64) -> [(u64, u64); 2] {
+    pub(crate) fn at(&self, base: u64) -> [(u64, u64); 2] {
         [0, 1].map(|i| (base + self.keys[i] as u64, base + self.indices[i] as u64))
     }
 }
@@ -478,7 +477,7 @@ fn bitonic_kernel<K: SelectKey>(k: u32) -> (KernelId<TopKParams<K>>, usize) {
 /// zeroed counters through which each pass appends only its real results and the next
 /// reads only those (none: every block writes `k`), and the filter and transform.
 #[derive(Clone, Copy)]
-pub(super) struct Chain<'a, K> {
+pub(crate) struct Chain<'a, K> {
     passes: &'a [Pass],
     k: u32,
     input: ChainInput<K>,
@@ -489,7 +488,7 @@ pub(super) struct Chain<'a, K> {
 }
 
 impl<'a, K> Chain<'a, K> {
-    pub(super) fn over(passes: &'a [Pass], k: u32, input: ChainInput<K>) -> Self {
+    pub(crate) fn over(passes: &'a [Pass], k: u32, input: ChainInput<K>) -> Self {
         Self {
             passes,
             k,
@@ -520,10 +519,10 @@ impl<'a, K> Chain<'a, K> {
 
 /// What a chain's first pass reads: keys, their indices in the data (null: their
 /// positions), and how many there are (null: all the pass's inputs).
-pub(super) struct ChainInput<K> {
-    pub(super) keys: GlobalPtr<K>,
-    pub(super) indices: GlobalPtr<u64>,
-    pub(super) count: GlobalPtr<u64>,
+pub(crate) struct ChainInput<K> {
+    pub(crate) keys: GlobalPtr<K>,
+    pub(crate) indices: GlobalPtr<u64>,
+    pub(crate) count: GlobalPtr<u64>,
 }
 
 // Manual: a derive would ask `K: Copy`, and the pointers are Copy for every `K`.
@@ -624,7 +623,7 @@ mod tests {
             layout.counters,
         ];
         starts.sort_unstable();
-        assert!(starts.iter().all(|start| start % WORKSPACE_ALIGN == 0));
+        assert!(starts.iter().all(|start| start % crate::workspace::WORKSPACE_ALIGN == 0));
         assert!(starts.windows(2).all(|pair| pair[0] < pair[1]));
         assert!(layout.bytes >= layout.counters + layout.counters_bytes && layout.counters == starts[8]);
     }

@@ -25,7 +25,7 @@
 //! `auto_stays_near_the_best_of_the_sweep` checks Auto's choices against them. `cargo xtask
 //! bench` prints each prediction beside the measurement.
 
-use super::Algorithm;
+use crate::options::Algorithm;
 
 /// Multiprocessors of the GPU the constants were fitted on (H100 SXM).
 const FITTED_MULTIPROCESSORS: f64 = 132.0;
@@ -164,7 +164,8 @@ pub(crate) fn predict_ms(
         // more shared memory, so fewer threads: a lower bound).
         Algorithm::PerThreadHeap => return Some((heap_table_ms(n, k) * scale).max(read_ms(1.0))),
         Algorithm::SortAndChoose => sort_and_choose_line(key_bytes),
-        Algorithm::Auto => return None,
+        // Auto resolves before; WarpSelect is the rows model's (`rows_cost`).
+        Algorithm::Auto | Algorithm::WarpSelect => return None,
     };
     let compute_ms = line.per_input_ns * 1e-6 * n as f64 * scale;
     Some(line.fixed_ms + compute_ms.max(read_ms(line.reads)))

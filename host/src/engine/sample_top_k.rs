@@ -3,31 +3,33 @@
 
 use gpu_select_kernels::select::sample::flags;
 
-use super::{OutputStaging, TopK, WorkspaceCarver};
+use super::sample_select::{SamplePlan, SampleWorkspace};
+use super::top_k::OutputStaging;
 use crate::buffer::DeviceBuffer;
 use crate::error::Result;
 use crate::gpu::Gpu;
-use crate::select::{SamplePlan, SampleWorkspace};
+use crate::results::TopK;
+use crate::workspace::WorkspaceCarver;
 use crate::{Order, SelectKey};
 
 /// The shape of a SampleSelect top-k.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct SampleTopKPlan {
-    pub(super) select: SamplePlan,
+pub(crate) struct SampleTopKPlan {
+    pub(crate) select: SamplePlan,
     /// Whether the selected keys are sorted afterwards (they come out level by level).
-    pub(super) sort_output: bool,
+    pub(crate) sort_output: bool,
 }
 
 /// Where the SampleSelect top-k keeps its state: the selection's regions, then the
 /// output staging.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct SampleTopKWorkspace {
+pub(crate) struct SampleTopKWorkspace {
     staging: OutputStaging,
-    pub(super) bytes: usize,
+    pub(crate) bytes: usize,
 }
 
 impl SampleTopKWorkspace {
-    pub(super) fn new(plan: &SampleTopKPlan, n: usize, k: usize, key_bytes: usize) -> Self {
+    pub(crate) fn new(plan: &SampleTopKPlan, n: usize, k: usize, key_bytes: usize) -> Self {
         let mut carver = WorkspaceCarver::default();
         SampleWorkspace::carve(&plan.select, n, key_bytes, &mut carver);
         let staging = OutputStaging::carve(&mut carver, plan.sort_output, k, key_bytes);
@@ -38,7 +40,7 @@ impl SampleTopKWorkspace {
 impl Gpu {
     /// The SampleSelect top-k: the selection with [`flags::EMIT`], then the sort of the `k`
     /// outputs when asked for.
-    pub(super) fn run_sample_top_k<K: SelectKey>(
+    pub(crate) fn run_sample_top_k<K: SelectKey>(
         &self,
         data: &DeviceBuffer<K>,
         k: usize,

@@ -58,52 +58,52 @@ pub(crate) struct RowsShape {
 
 /// Fitted per-unit work of the queue kernels (ms per wave on the fitted GPU).
 mod queues {
-    pub(super) const FIXED_MS: f64 = 0.016_01;
+    pub(crate) const FIXED_MS: f64 = 0.016_01;
     /// Per 1000 keys a warp reads (32-bit; 64-bit keys count twice), `k > 1`.
-    pub(super) const PER_KILO_KEY: f64 = 0.001_467;
+    pub(crate) const PER_KILO_KEY: f64 = 0.001_467;
     /// Per 1000 keys a warp reads for `k = 1` (a warp's minimum, no queue).
-    pub(super) const PER_KILO_KEY_K1: f64 = 0.000_964_3;
+    pub(crate) const PER_KILO_KEY_K1: f64 = 0.000_964_3;
     /// Per 1000 keys that enter a warp's queue.
-    pub(super) const PER_KILO_INSERT: f64 = 0.016_73;
+    pub(crate) const PER_KILO_INSERT: f64 = 0.016_73;
     /// Per 1000 insertions times a merge's work per insertion (`Q·log2(32·Q)` over the
     /// thread queue's registers).
-    pub(super) const PER_KILO_MERGE: f64 = 0.000_338_1;
+    pub(crate) const PER_KILO_MERGE: f64 = 0.000_338_1;
     /// Per block of four warps, the merge of their queues in shared memory (times
     /// `Q·log2(32·Q)/100`).
-    pub(super) const BLOCK_MERGE: f64 = 0.004_24;
+    pub(crate) const BLOCK_MERGE: f64 = 0.004_24;
     /// The merge pass of split rows: its launch, per 1000 candidates a warp reads, per
     /// 1000 insertions and merges.
-    pub(super) const SPLIT_FIXED_MS: f64 = 0.007_659;
-    pub(super) const SPLIT_PER_KILO_KEY: f64 = 0.008_296;
-    pub(super) const SPLIT_PER_KILO_INSERT: f64 = 0.000_174_3;
+    pub(crate) const SPLIT_FIXED_MS: f64 = 0.007_659;
+    pub(crate) const SPLIT_PER_KILO_KEY: f64 = 0.008_296;
+    pub(crate) const SPLIT_PER_KILO_INSERT: f64 = 0.000_174_3;
     /// Blocks of the queue kernel per multiprocessor at full speed.
-    pub(super) const BLOCKS_PER_SM: f64 = 1.0;
+    pub(crate) const BLOCKS_PER_SM: f64 = 1.0;
 }
 
 /// Fitted per-unit work of the radix kernels (ms per wave on the fitted GPU).
 mod radix {
     /// A warp per row: launch, per warp, per 1000 keys, per 1000 of `k`, per sort unit.
-    pub(super) const WARP_FIXED_MS: f64 = 0.006_19;
-    pub(super) const WARP_PER_UNIT: f64 = 0.000_855_3;
-    pub(super) const WARP_PER_KILO_KEY: f64 = 0.002_588;
-    pub(super) const WARP_PER_KILO_K: f64 = 0.008_193;
-    pub(super) const WARP_PER_SORT: f64 = 0.000_075;
+    pub(crate) const WARP_FIXED_MS: f64 = 0.006_19;
+    pub(crate) const WARP_PER_UNIT: f64 = 0.000_855_3;
+    pub(crate) const WARP_PER_KILO_KEY: f64 = 0.002_588;
+    pub(crate) const WARP_PER_KILO_K: f64 = 0.008_193;
+    pub(crate) const WARP_PER_SORT: f64 = 0.000_075;
     /// Warps of the warp kernel per multiprocessor at full speed.
-    pub(super) const WARPS_PER_SM: f64 = 4.0;
+    pub(crate) const WARPS_PER_SM: f64 = 4.0;
     /// A block per row or part: launch, per block, per 1000 keys read once (the sample's
     /// bound) or twice (a histogram, then the gathering), per 1000 of `k`.
-    pub(super) const BLOCK_FIXED_MS: f64 = 0.006_784;
-    pub(super) const BLOCK_PER_UNIT: f64 = 0.005_637;
-    pub(super) const BLOCK_PER_KILO_KEY_ONE_READ: f64 = 0.000_545;
-    pub(super) const BLOCK_PER_KILO_KEY_TWO_READS: f64 = 0.000_723_2;
-    pub(super) const BLOCK_PER_KILO_K: f64 = 0.012_98;
+    pub(crate) const BLOCK_FIXED_MS: f64 = 0.006_784;
+    pub(crate) const BLOCK_PER_UNIT: f64 = 0.005_637;
+    pub(crate) const BLOCK_PER_KILO_KEY_ONE_READ: f64 = 0.000_545;
+    pub(crate) const BLOCK_PER_KILO_KEY_TWO_READS: f64 = 0.000_723_2;
+    pub(crate) const BLOCK_PER_KILO_K: f64 = 0.012_98;
     /// Blocks of the block kernel per multiprocessor (its registers allow two).
-    pub(super) const BLOCKS_PER_SM: f64 = 2.0;
+    pub(crate) const BLOCKS_PER_SM: f64 = 2.0;
     /// The merge of split rows: launch, per 1000 candidates a block stages.
-    pub(super) const MERGE_FIXED_MS: f64 = 0.006_203;
-    pub(super) const MERGE_PER_KILO_CANDIDATE: f64 = 0.000_926_6;
+    pub(crate) const MERGE_FIXED_MS: f64 = 0.006_203;
+    pub(crate) const MERGE_PER_KILO_CANDIDATE: f64 = 0.000_926_6;
     /// Blocks of the merge per multiprocessor.
-    pub(super) const MERGE_BLOCKS_PER_SM: f64 = 4.0;
+    pub(crate) const MERGE_BLOCKS_PER_SM: f64 = 4.0;
 }
 
 /// Keys that enter a queue of `k` while a warp reads `len` random keys: each of the first

@@ -8,10 +8,11 @@ use gpu_select_kernels::topk::heap::{
 };
 
 use super::bitonic::{Chain, ChainBuffers, ChainInput, LastPass, Pass, PassBudget, candidate_passes};
-use super::{TopK, WorkspaceCarver};
 use crate::buffer::DeviceBuffer;
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, LaunchShape};
+use crate::results::TopK;
+use crate::workspace::WorkspaceCarver;
 use crate::{Order, SelectKey};
 
 /// Most threads a multiprocessor runs at once (every GPU since Volta).
@@ -22,7 +23,7 @@ const INPUTS_PER_HEAP_SLOT: u64 = 4;
 
 /// The shape of a per-thread top-k.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct HeapPlan {
+pub(crate) struct HeapPlan {
     threads: u32,
     blocks: u32,
     /// The reduction of the `blocks · threads · k` heap slots.
@@ -35,7 +36,7 @@ impl HeapPlan {
     /// multiprocessor's on Hopper), at most enough that each reads
     /// [`INPUTS_PER_HEAP_SLOT`]` · k` inputs. Errors when `k` is over [`MAX_HEAP_K`], when
     /// a warp's heaps do not fit, or for 2^32 keys or more (the reduction's limit).
-    pub(super) fn new(
+    pub(crate) fn new(
         n: u64,
         k: u64,
         key_bytes: usize,
@@ -79,15 +80,15 @@ impl HeapPlan {
 /// Where the per-thread top-k keeps its state: the heaps' contents (keys and indices) and
 /// the reduction's two ping-pong buffers.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct HeapWorkspace {
+pub(crate) struct HeapWorkspace {
     slot_keys: usize,
     slot_indices: usize,
     between: ChainBuffers,
-    pub(super) bytes: usize,
+    pub(crate) bytes: usize,
 }
 
 impl HeapWorkspace {
-    pub(super) fn new(plan: &HeapPlan, k: u32, key_bytes: usize) -> Self {
+    pub(crate) fn new(plan: &HeapPlan, k: u32, key_bytes: usize) -> Self {
         let mut carver = WorkspaceCarver::default();
         let slots = plan.slots(k);
         let slot_keys = carver.region(slots * key_bytes);
@@ -99,7 +100,7 @@ impl HeapWorkspace {
 
 impl Gpu {
     /// Queues the per-thread top-k: the heaps, then their reduction into `out` (sorted).
-    pub(super) fn run_heap<K: SelectKey>(
+    pub(crate) fn run_heap<K: SelectKey>(
         &self,
         data: &DeviceBuffer<K>,
         k: u32,

@@ -1,0 +1,30 @@
+//! The caller's indices for selected positions ([`gpu_select_kernels::gather`]).
+
+use gpu_select_kernels::entry::GATHER_INDICES;
+use gpu_select_kernels::gather::{GATHER_THREADS, GatherIndicesParams};
+use gpu_select_kernels::params::GlobalPtr;
+
+use crate::error::Result;
+use crate::gpu::{Gpu, LaunchShape};
+
+/// Blocks of the gather at most: the outputs are few (`k`, or `rows · k`); a grid-stride
+/// loop covers more.
+const MAX_GATHER_BLOCKS: u64 = 1024;
+
+impl Gpu {
+    /// Queues `indices[i] = table[indices[i]]` for the `len` positions at `indices` (the
+    /// padding index stays), after the selection that wrote them.
+    pub(crate) fn gather_indices(
+        &self,
+        indices: GlobalPtr<u64>,
+        table: GlobalPtr<u64>,
+        len: u64,
+    ) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let blocks = len.div_ceil(GATHER_THREADS as u64).min(MAX_GATHER_BLOCKS) as u32;
+        let shape = LaunchShape { grid: (blocks, 1), block_threads: GATHER_THREADS, shared_bytes: 0 };
+        self.launch(GATHER_INDICES, shape, GatherIndicesParams { indices, table, len })
+    }
+}

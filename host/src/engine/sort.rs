@@ -1,0 +1,123 @@
+//! Sorts: the block bitonic sort of `gpu-select-kernels` on segments of up to 2048 keys,
+//! and the stable sort of any length (block sort runs, then merge passes) that top-k uses
+//! to order its outputs.
+
+use gpu_select_kernels::block::bitonic_sort::{BlockSortLayout, SORT_THREADS, segments_per_block};
+use gpu_select_kernels::entry::KernelKey;
+use gpu_select_kernels::merge::{MERGE_THREADS, MergeParams, merge_threads_for};
+use gpu_select_kernels::params::{BlockSortParams, GlobalPtr};
+
+use crate::error::{Error, Result};
+use crate::gpu::{Gpu, LaunchShape};
+use crate::options::MAX_SMALL_SORT_LEN;
+use crate::{Order, SelectKey};
+
+impl Gpu {
+    /// Queues the block sort of `segments` segments of `segment_len` keys at `input` into
+    /// `output` (validated by the caller). Each key reports its index from `input.indices`,
+    /// or its position in the segment when that is null.
+    pub(crate) fn launch_block_sort<K: SelectKey>(
+        &self,
+        input: Pairs<K>,
+        segment_len: u32,
+        segments: u32,
+        order: Order,
+        output: Pairs<K>,
+    ) -> Result<()> {
+        let params = BlockSortParams {
+            keys_in: input.keys,
+            indices_in: input.indices,
+            keys_out: output.keys,
+            indices_out: output.indices,
+            segment_len,
+            order: order.to_raw(),
+            segments,
+            reserved: 0,
+        };
+        let shape = LaunchShape {
+            grid: (segments.div_ceil(segments_per_block(segment_len)), 1),
+            block_threads: SORT_THREADS,
+            shared_bytes: BlockSortLayout::<K::Bits>::new(segment_len).bytes,
+        };
+        self.launch(K::BLOCK_SORT, shape, params)
+    }
+
+    /// Queues a stable sort of `len` key + index pairs of any length: the block sort makes
+    /// runs of 2048, then merge passes double them. Reads `input` (which it may overwrite),
+    /// uses `scratch` and writes `out`; the three hold `len` pairs each and are disjoint
+    /// (`scratch` is only touched when the number of merge passes is odd).
+    pub(crate) fn launch_sort_pairs<K: SelectKey>(
+        &self,
+        input: Pairs<K>,
+        scratch: Pairs<K>,
+        out: Pairs<K>,
+        len: u64,
+        order: Order,
+    ) -> Result<()> {
+        let run = MAX_SMALL_SORT_LEN as u64;
+        let merge_passes = len.div_ceil(run).next_power_of_two().trailing_zeros();
+        // The last merge must write `out`: with an even number of merges the runs start
+        // there (out → input → out …), with an odd one in `scratch` (scratch → out → …).
+        let (mut from, mut to) = if merge_passes.is_multiple_of(2) { (out, input) } else { (scratch, out) };
+        let full = (len / run) as u32;
+        if full > 0 {
+            self.launch_block_sort(input, run as u32, full, order, from)?;
+        }
+        let tail = len % run;
+        if tail > 0 {
+            let at = full as u64 * run;
+            self.launch_block_sort(input.offset(at), tail as u32, 1, order, from.offset(at))?;
+        }
+        let mut run_len = run;
+        for _ in 0..merge_passes {
+            let params = MergeParams {
+                keys_in: from.keys,
+                indices_in: from.indices,
+                keys_out: to.keys,
+                indices_out: to.indices,
+                len,
+                run_len,
+                order: order.to_raw(),
+                reserved: 0,
+            };
+            let blocks = merge_threads_for(len).div_ceil(MERGE_THREADS as u64);
+            let blocks = u32::try_from(blocks)
+                .map_err(|_| Error::invalid(format!("{len} pairs: too many to merge in one launch")))?;
+            let shape = LaunchShape { grid: (blocks, 1), block_threads: MERGE_THREADS, shared_bytes: 0 };
+            self.launch(K::MERGE_RUNS, shape, params)?;
+            std::mem::swap(&mut from, &mut to);
+            run_len *= 2;
+        }
+        Ok(())
+    }
+}
+
+/// Key + index arrays in device memory, as sorts pass them around.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Pairs<K> {
+    pub(crate) keys: GlobalPtr<K>,
+    pub(crate) indices: GlobalPtr<u64>,
+}
+
+impl<K> Pairs<K> {
+    /// The pairs `count` further on.
+    pub(crate) fn offset(self, count: u64) -> Self {
+        Self { keys: self.keys.offset(count), indices: self.indices.offset(count) }
+    }
+
+    /// The pairs at two device addresses.
+    pub(crate) fn at(keys: u64, indices: u64) -> Self {
+        Self { keys: GlobalPtr::from_address(keys), indices: GlobalPtr::from_address(indices) }
+    }
+}
+
+// Every key type of the library has a block-sort kernel (a compile-time check of the table).
+const _: () = {
+    const fn has_sort<K: KernelKey>() {}
+    has_sort::<f32>();
+    has_sort::<f64>();
+    has_sort::<i32>();
+    has_sort::<u32>();
+    has_sort::<i64>();
+    has_sort::<u64>();
+};

@@ -1,0 +1,288 @@
+//! Top-k of one array: the plan of each algorithm (and `Auto`'s choice by the cost model),
+//! its workspace, and the run that dispatches to the algorithm's engine module.
+
+use gpu_select_kernels::params::GlobalPtr;
+use gpu_select_kernels::topk::bitonic::MAX_BITONIC_K;
+
+use super::bitonic::{BitonicPlan, BitonicWorkspace, PassBudget};
+use super::cost;
+use super::heap::{HeapPlan, HeapWorkspace};
+use super::radix::{RadixPlan, RadixWorkspace};
+use super::sample_top_k::{SampleTopKPlan, SampleTopKWorkspace};
+use super::sort::Pairs;
+use super::sort_choose::{SortChoosePlan, SortChooseWorkspace};
+use crate::buffer::DeviceBuffer;
+use crate::error::{Error, Result};
+use crate::gpu::Gpu;
+use crate::options::{Algorithm, SelectOptions, TopKOptions};
+use crate::results::TopK;
+use crate::workspace::WorkspaceCarver;
+use crate::{Order, SelectKey};
+
+/// Where a selection that emits its top `k` level by level (radix select, SampleSelect)
+/// puts them when the output is sorted afterwards: the unsorted keys and indices, then the
+/// sort's scratch (more than [`MAX_SMALL_SORT_LEN`](crate::MAX_SMALL_SORT_LEN) keys). Empty
+/// when the output stays unsorted: the selection writes the output itself.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct OutputStaging {
+    keys: [usize; 2],
+    indices: [usize; 2],
+    sorted: bool,
+}
+
+impl OutputStaging {
+    pub(crate) fn carve(carver: &mut WorkspaceCarver, sorted: bool, k: usize, key_bytes: usize) -> Self {
+        let staged = if sorted { k } else { 0 };
+        let scratch = if staged > crate::MAX_SMALL_SORT_LEN { k } else { 0 };
+        let keys = [carver.region(staged * key_bytes), carver.region(scratch * key_bytes)];
+        let indices = [carver.region(staged * 8), carver.region(scratch * 8)];
+        Self { keys, indices, sorted }
+    }
+
+    /// Where the selection writes its keys and indices (addresses), with the workspace at
+    /// `base`.
+    pub(crate) fn targets<K: SelectKey>(&self, base: u64, out: &TopK<K>) -> (u64, u64) {
+        if self.sorted {
+            (base + self.keys[0] as u64, base + self.indices[0] as u64)
+        } else {
+            (out.values.global_ptr().address(), out.indices.global_ptr().address())
+        }
+    }
+}
+
+impl Gpu {
+    /// Sorts the `k` staged outputs into `out` (nothing when unsorted). The sort is stable
+    /// and the selections emit equal keys in index order, so ties stay lowest index first.
+    pub(crate) fn sort_staged<K: SelectKey>(
+        &self,
+        staging: &OutputStaging,
+        base: u64,
+        out: &mut TopK<K>,
+        k: usize,
+        order: Order,
+    ) -> Result<()> {
+        if !staging.sorted {
+            return Ok(());
+        }
+        let at = |offset: usize| base + offset as u64;
+        self.launch_sort_pairs(
+            Pairs::<K>::at(at(staging.keys[0]), at(staging.indices[0])),
+            Pairs::at(at(staging.keys[1]), at(staging.indices[1])),
+            Pairs::at(out.values.global_ptr().address(), out.indices.global_ptr().address()),
+            k as u64,
+            order,
+        )
+    }
+}
+
+/// The workspace of the block-sort path: all `n` sorted keys and indices.
+#[derive(Clone, Copy, Debug)]
+struct BlockSortWorkspace {
+    keys: usize,
+    indices: usize,
+    bytes: usize,
+}
+
+impl BlockSortWorkspace {
+    fn new(n: usize, key_bytes: usize) -> Self {
+        let mut carver = WorkspaceCarver::default();
+        let keys = carver.region(n * key_bytes);
+        let indices = carver.region(n * 8);
+        Self { keys, indices, bytes: carver.bytes() }
+    }
+}
+
+impl Gpu {
+    /// Queues the top-k `plan` describes on `data` (checked against it by the caller) into
+    /// `out`, with the workspace at `base`.
+    pub(crate) fn run_top_k<K: SelectKey>(
+        &self,
+        data: &DeviceBuffer<K>,
+        k: usize,
+        order: Order,
+        plan: &Plan,
+        base: u64,
+        out: &mut TopK<K>,
+    ) -> Result<()> {
+        match plan {
+            Plan::Bitonic(plan) => {
+                let fusion = gpu_select_kernels::topk::fusion::Fusion::identity();
+                self.run_bitonic(data, k as u32, order, fusion, plan, base, out)
+            }
+            Plan::BlockSort => self.run_block_sort(data, k, order, base, out),
+            Plan::Heap(plan) => self.run_heap(data, k as u32, order, plan, base, out),
+            Plan::Radix(plan) => self.run_radix(data, k, order, plan, base, out),
+            Plan::Sample(plan) => self.run_sample_top_k(data, k, order, plan, base, out),
+            Plan::SortChoose(plan) => self.run_sort_choose(data, k, order, plan, base, out),
+        }
+    }
+
+    /// Checks that caller-provided outputs are on this GPU and hold `len` values and
+    /// indices (`what`: how the error names each).
+    pub(crate) fn check_outputs<K: SelectKey>(
+        &self,
+        out: &TopK<K>,
+        len: usize,
+        what: [&'static str; 2],
+    ) -> Result<()> {
+        out.values.check_gpu(self, "the output values")?;
+        out.indices.check_gpu(self, "the output indices")?;
+        for (what, actual) in what.into_iter().zip([out.values.len(), out.indices.len()]) {
+            if actual != len {
+                return Err(Error::LengthMismatch { what, expected: len, actual });
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks that a caller-provided workspace is on this GPU and holds `needed` bytes.
+    pub(crate) fn check_workspace(&self, workspace: &DeviceBuffer<u8>, needed: usize) -> Result<()> {
+        workspace.check_gpu(self, "the workspace")?;
+        Error::check_workspace_size(needed, workspace.len())
+    }
+
+    /// Top-k of at most 2048 keys: sort them all into the workspace (at `workspace_base`,
+    /// checked by the caller), copy the first `k`.
+    fn run_block_sort<K: SelectKey>(
+        &self,
+        data: &DeviceBuffer<K>,
+        k: usize,
+        order: Order,
+        workspace_base: u64,
+        out: &mut TopK<K>,
+    ) -> Result<()> {
+        let n = data.len();
+        let layout = BlockSortWorkspace::new(n, size_of::<K>());
+        let (keys, indices) = (workspace_base + layout.keys as u64, workspace_base + layout.indices as u64);
+        let input = Pairs { keys: data.global_ptr(), indices: GlobalPtr::null() };
+        self.launch_block_sort(input, n as u32, 1, order, Pairs::at(keys, indices))?;
+        self.copy_on_device(keys, out.values.global_ptr().address(), k * size_of::<K>())?;
+        self.copy_on_device(indices, out.indices.global_ptr().address(), k * 8)
+    }
+
+    /// The cost model's predicted time, in milliseconds, of a top-k of `n` keys of
+    /// `key_bytes` with `algorithm` on this device; for [`Algorithm::Auto`], of the algorithm
+    /// it picks. `None` when the algorithm does not take the shape (or the backend is the
+    /// emulator, whose speed says nothing about a GPU's).
+    pub(crate) fn top_k_predicted_ms(
+        &self,
+        n: usize,
+        k: usize,
+        key_bytes: usize,
+        algorithm: Algorithm,
+    ) -> Option<f64> {
+        if self.backend() == crate::BackendKind::Emulator || k == 0 || k > n {
+            return None;
+        }
+        let algorithm = self.resolve(algorithm, n, k, key_bytes);
+        cost::predict_ms(algorithm, n as u64, k as u64, key_bytes, self.cost_device())
+    }
+
+    /// The named algorithm, or for `Auto` the one the cost model predicts fastest.
+    fn resolve(&self, algorithm: Algorithm, n: usize, k: usize, key_bytes: usize) -> Algorithm {
+        match algorithm {
+            Algorithm::Auto => cost::cheapest(n as u64, k as u64, key_bytes, self.cost_device()),
+            named => named,
+        }
+    }
+
+    pub(crate) fn cost_device(&self) -> cost::Device {
+        let limits = self.limits();
+        cost::Device {
+            multiprocessors: limits.multiprocessors,
+            read_bytes_per_s: limits.peak_bandwidth_bytes_per_s * cost::READ_EFFICIENCY,
+        }
+    }
+
+    pub(crate) fn plan_array_top_k(
+        &self,
+        n: usize,
+        k: usize,
+        key_bytes: usize,
+        options: &TopKOptions,
+    ) -> Result<Plan> {
+        if n == 0 {
+            return Err(Error::EmptyInput);
+        }
+        if k == 0 {
+            return Err(Error::k_out_of_range(0, 1, n, "ask for at least one key"));
+        }
+        if k > n {
+            return Err(Error::k_out_of_range(k, 1, n, format!("the input has {n} keys")));
+        }
+        let multiprocessors = self.limits().multiprocessors;
+        let budget = PassBudget::new(self.tuning(), multiprocessors);
+        let algorithm = self.resolve(options.algorithm, n, k, key_bytes);
+        let takes = algorithm.takes(n as u64, k as u64);
+        match algorithm {
+            Algorithm::Bitonic if takes => Ok(Plan::Bitonic(BitonicPlan::new(n as u64, k as u32, budget))),
+            Algorithm::Auto | Algorithm::RadixSelect => {
+                Ok(Plan::Radix(RadixPlan::new(n as u64, multiprocessors, options.sorted && k > 1)))
+            }
+            Algorithm::SampleSelect | Algorithm::BucketSelect => {
+                use gpu_select_kernels::select::sample::flags;
+                // SampleSelect brackets a small `k` (when its policy brackets): one read keeps
+                // the keys below a sampled bound, in input order.
+                let extra = if algorithm == Algorithm::BucketSelect {
+                    flags::EQUAL_WIDTH
+                } else if k as u64 <= n as u64 / super::sample_select::TOP_K_BRACKET_DIVISOR {
+                    flags::BRACKET
+                } else {
+                    0
+                };
+                let mut select_options = SelectOptions::new(options.order);
+                select_options.policy = options.policy;
+                let select = self.plan_exact_select(n, &select_options, flags::EMIT | extra)?;
+                Ok(Plan::Sample(SampleTopKPlan { select, sort_output: options.sorted && k > 1 }))
+            }
+            Algorithm::BlockSort if takes => Ok(Plan::BlockSort),
+            Algorithm::PerThreadHeap => {
+                let limits = self.limits();
+                let plan =
+                    HeapPlan::new(n as u64, k as u64, key_bytes, budget, limits.max_shared_bytes_per_block)?;
+                Ok(Plan::Heap(plan))
+            }
+            Algorithm::SortAndChoose => Ok(Plan::SortChoose(SortChoosePlan::new(n as u64, multiprocessors)?)),
+            Algorithm::BlockSort => Err(Error::invalid(format!(
+                "Algorithm::BlockSort takes at most {} keys; the input has {n}",
+                crate::MAX_SMALL_SORT_LEN
+            ))),
+            Algorithm::WarpSelect => Err(Error::invalid(
+                "Algorithm::WarpSelect runs per row: describe the keys as rows (Keys::rows)",
+            )),
+            Algorithm::Bitonic if (n as u64) >= (1u64 << 32) => {
+                Err(Error::invalid(format!("{n} keys: the bitonic top-k takes fewer than 2^32 keys")))
+            }
+            Algorithm::Bitonic => Err(Error::k_out_of_range(
+                k,
+                1,
+                MAX_BITONIC_K as usize,
+                format!("the bitonic top-k takes k ≤ {MAX_BITONIC_K}"),
+            )),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub(crate) enum Plan {
+    Bitonic(BitonicPlan),
+    BlockSort,
+    Heap(HeapPlan),
+    Radix(RadixPlan),
+    Sample(SampleTopKPlan),
+    SortChoose(SortChoosePlan),
+}
+
+impl Plan {
+    /// Workspace bytes of the plan: the one source for the size query and the run's check.
+    pub(crate) fn workspace_bytes(&self, n: usize, k: usize, key_bytes: usize) -> usize {
+        match self {
+            Plan::Bitonic(plan) => BitonicWorkspace::new(plan, k as u32, key_bytes).bytes,
+            Plan::BlockSort => BlockSortWorkspace::new(n, key_bytes).bytes,
+            Plan::Heap(plan) => HeapWorkspace::new(plan, k as u32, key_bytes).bytes,
+            Plan::Radix(plan) => RadixWorkspace::new(plan, k, key_bytes).bytes,
+            Plan::Sample(plan) => SampleTopKWorkspace::new(plan, n, k, key_bytes).bytes,
+            Plan::SortChoose(plan) => SortChooseWorkspace::new(plan, n, key_bytes).bytes,
+        }
+    }
+}
