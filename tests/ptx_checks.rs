@@ -63,6 +63,7 @@ fn every_table_kernel_is_exported_with_the_host_parameter_size() {
                 _ if name.starts_with("top_k_rows_") => size_of::<RowsParams<f32>>(),
                 _ if name.starts_with("probe_") => size_of::<ProbeParams>(),
                 "read_floor_u32" => size_of::<ReadFloorParams>(),
+                "gather_selected_indices" => size_of::<gpu_select_kernels::gather::GatherIndicesParams>(),
                 _ => panic!("{name}: add its parameter struct to this test"),
             };
             assert!(

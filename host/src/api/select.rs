@@ -9,7 +9,7 @@ use crate::SelectKey;
 use crate::engine::sample_select::{SamplePlan, SampleWorkspace};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
-use crate::options::SelectOptions;
+use crate::options::{SampleSelectPolicy, SelectAlgorithm, SelectOptions};
 use crate::results::Selection;
 use crate::view::{DeviceSlice, DeviceSliceMut};
 
@@ -50,6 +50,15 @@ impl<K: SelectKey> SelectPlan<K> {
         self.workspace_bytes
     }
 
+    /// The options of the same selection without the passes that load 16-byte vectors.
+    fn without_vector_loads(&self) -> SelectOptions {
+        let base = self.options.policy.unwrap_or_else(|| match self.options.algorithm {
+            SelectAlgorithm::QuickSelect => SampleSelectPolicy::quick_select(),
+            _ => SampleSelectPolicy::for_device(self.gpu.limits()),
+        });
+        self.options.with_policy(SampleSelectPolicy { bracket: false, window_count: false, ..base })
+    }
+
     /// Whether the run loads the keys by 16-byte vectors (the bracket of exact selection,
     /// the window of approximate selection), and so needs them 16-byte aligned.
     fn loads_vectors(&self) -> bool {
@@ -66,10 +75,11 @@ impl Gpu {
     /// [`SelectAlgorithm::Approximate`](crate::SelectAlgorithm::Approximate), a key whose
     /// rank is near `k`, and that rank.
     ///
+    /// Keys that do not start on 16 bytes (a view at an odd offset) run without the passes
+    /// that load 16-byte vectors (the bracket, the window): the same answer, slower.
+    ///
     /// Errors: [`Error::EmptyInput`]; [`Error::KOutOfRange`] for `k ≥ n`;
-    /// [`Error::InvalidArgument`] for a bad policy or bucket count, or keys not 16-byte
-    /// aligned where the plan loads vectors (a view at an odd offset: turn the policy's
-    /// `bracket` and `window_count` off). Waits for the result.
+    /// [`Error::InvalidArgument`] for a bad policy or bucket count. Waits for the result.
     ///
     /// ```
     /// use gpu_select::{Gpu, Order, SelectAlgorithm, SelectOptions};
@@ -130,14 +140,16 @@ impl Gpu {
             });
         }
         Error::check_workspace_size(plan.workspace_bytes, workspace.len())?;
-        if plan.loads_vectors() && !keys.device_address().is_multiple_of(16) {
-            return Err(Error::invalid(format!(
-                "the keys start at {:#x}, not 16-byte aligned, and this selection loads them by 16-byte vectors: \
-                 turn the policy's bracket and window_count off for such a view",
-                keys.device_address()
-            )));
-        }
         let base = workspace.buffer_mut().global_ptr().address();
+        if plan.loads_vectors() && !keys.device_address().is_multiple_of(16) {
+            // Keys at an odd offset (a view): the same selection without the passes that
+            // load 16-byte vectors. Its regions are the plan's or smaller, so the workspace
+            // serves; checked all the same.
+            let scalar = self.plan_selection(plan.n, &plan.without_vector_loads())?;
+            let needed = SampleWorkspace::new(&scalar, plan.n, size_of::<K>()).bytes;
+            Error::check_workspace_size(needed, workspace.len())?;
+            return self.run_selection(keys.buffer(), k, plan.options.order, &scalar, base);
+        }
         self.run_selection(keys.buffer(), k, plan.options.order, &plan.plan, base)
     }
 
