@@ -13,6 +13,7 @@ use gpu_select_kernels::entry::KernelId;
 
 use crate::error::{Error, Result, check_driver};
 use crate::kernels::KernelImage;
+pub use crate::limits::DeviceLimits;
 use crate::tuning::Tuning;
 
 /// Environment variable that picks the backend of [`Gpu::from_env`]: `cuda`, `emulator` or
@@ -26,28 +27,6 @@ pub enum BackendKind {
     Cuda,
     /// The host emulator: the same kernel code on CPU threads (slow; for tests).
     Emulator,
-}
-
-/// What the library needs to know about the device it runs on.
-#[derive(Clone, Debug, PartialEq)]
-pub struct DeviceLimits {
-    /// Device name, e.g. "NVIDIA H200".
-    pub name: String,
-    /// Compute capability, e.g. `(9, 0)`.
-    pub compute_capability: (i32, i32),
-    /// Streaming multiprocessors.
-    pub multiprocessors: u32,
-    /// Most threads in one block.
-    pub max_threads_per_block: u32,
-    /// Most dynamic shared memory one block may opt in to.
-    pub max_shared_bytes_per_block: usize,
-    /// L2 cache size.
-    pub l2_bytes: usize,
-    /// Device memory.
-    pub total_memory_bytes: usize,
-    /// Peak memory bandwidth from the memory clock and bus width (the datasheet figure;
-    /// benchmarks measure the real one).
-    pub peak_bandwidth_bytes_per_s: f64,
 }
 
 /// A handle on where kernels run: one CUDA device (its primary context; one non-blocking
@@ -360,12 +339,12 @@ impl Gpu {
     /// On the emulator, which runs every call to its end before it returns, this is a clone.
     ///
     /// ```
-    /// use gpu_select::{Gpu, Order};
+    /// use gpu_select::{Gpu, TopKOptions};
     ///
     /// let gpu = Gpu::emulator();
     /// let side = gpu.fork_stream()?;
     /// let keys = side.upload(&[4u32, 8, 1, 9])?;
-    /// let top = side.top_k(&keys, 1, Order::Largest)?; // queued on `side`'s stream
+    /// let top = side.top_k(&keys, 1, &TopKOptions::largest())?; // queued on `side`'s stream
     /// assert_eq!(side.download(&top.values)?, [9]);
     /// # Ok::<(), gpu_select::Error>(())
     /// ```

@@ -43,6 +43,7 @@ mod engine;
 mod error;
 mod gpu;
 mod kernels;
+mod limits;
 mod options;
 pub mod reference;
 mod results;

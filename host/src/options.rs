@@ -10,7 +10,7 @@ use gpu_select_kernels::topk::heap::MAX_HEAP_K;
 use crate::Order;
 use crate::buffer::DeviceBuffer;
 use crate::error::{Error, Result};
-use crate::gpu::DeviceLimits;
+use crate::limits::DeviceLimits;
 
 /// The index of a padding slot in a top-k of ragged rows ([`Keys::ragged`](crate::Keys::ragged)): a row shorter
 /// than `k` fills its slots past its length with this index and the worst non-NaN key of

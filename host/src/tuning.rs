@@ -5,7 +5,7 @@
 //! [`Gpu`]: crate::Gpu
 //! [`Gpu::with_tuning`]: crate::Gpu::with_tuning
 
-use crate::gpu::DeviceLimits;
+use crate::limits::DeviceLimits;
 
 /// The kernel family [`Algorithm::Auto`](crate::Algorithm::Auto) runs on rows when
 /// [`Tuning::rows_auto_kernel`] forces one.

@@ -17,4 +17,5 @@ pub(crate) mod sample_select;
 pub(crate) mod sample_top_k;
 pub(crate) mod sort;
 pub(crate) mod sort_choose;
+pub(crate) mod staging;
 pub(crate) mod top_k;

@@ -6,7 +6,7 @@ use gpu_select_kernels::topk::radix::{
     RadixParams, RadixPassLayout, levels_of,
 };
 
-use super::top_k::OutputStaging;
+use super::staging::OutputStaging;
 use crate::buffer::DeviceBuffer;
 use crate::error::Result;
 use crate::gpu::{Gpu, LaunchShape};

@@ -4,7 +4,7 @@
 use gpu_select_kernels::select::sample::flags;
 
 use super::sample_select::{SamplePlan, SampleWorkspace};
-use super::top_k::OutputStaging;
+use super::staging::OutputStaging;
 use crate::buffer::DeviceBuffer;
 use crate::error::Result;
 use crate::gpu::Gpu;
