@@ -39,8 +39,8 @@ pub struct DeviceBuffer<T> {
 }
 
 enum Storage {
-    /// A `cuMemAlloc` address (0 for an empty buffer).
-    Device(u64),
+    /// A device address (0 for an empty buffer) and the bytes of its block.
+    Device { address: u64, capacity: usize },
     /// 16-byte aligned host memory standing in for device memory.
     Host(Vec<u128>),
     /// Memory the buffer does not own (part of another buffer, or the caller's memory: see
@@ -74,7 +74,7 @@ impl<T: DeviceValue> DeviceBuffer<T> {
     /// The address kernels see (device address, or host address on the emulator).
     pub(crate) fn global_ptr(&self) -> GlobalPtr<T> {
         GlobalPtr::from_address(match &self.storage {
-            Storage::Device(address) => *address,
+            Storage::Device { address, .. } => *address,
             Storage::Host(words) => words.as_ptr() as u64,
             Storage::Borrowed { address, .. } => *address,
         })
@@ -119,12 +119,13 @@ impl<T: DeviceValue> DeviceBuffer<T> {
 
 impl<T> Drop for DeviceBuffer<T> {
     fn drop(&mut self) {
-        if let (Storage::Device(address), Backend::Cuda(device)) = (&self.storage, &*self.gpu.inner)
+        if let (Storage::Device { address, capacity }, Backend::Cuda(device)) =
+            (&self.storage, &*self.gpu.inner)
             && *address != 0
         {
             // Stream-ordered: kernels queued on its stream before the drop still read and
-            // write it.
-            device.free(*address, self.gpu.stream());
+            // write it, and its next owner's work runs after theirs.
+            self.gpu.free_on_stream(device, *address, *capacity);
         }
     }
 }
@@ -158,15 +159,15 @@ impl Gpu {
             .checked_mul(size_of::<T>())
             .ok_or_else(|| Error::invalid(format!("a buffer of {len} values overflows usize")))?;
         let storage = match &*self.inner {
-            Backend::Cuda(_) if bytes == 0 => Storage::Device(0),
+            Backend::Cuda(_) if bytes == 0 => Storage::Device { address: 0, capacity: 0 },
             Backend::Cuda(device) => {
-                let address = device.allocate(bytes, self.stream())?;
+                let (address, capacity) = self.allocate_on_stream(device, bytes)?;
                 if zeroed && let Err(error) = self.clear_on_device(address, bytes) {
                     // Not yet owned by a buffer: free it here, or it leaks.
-                    device.free(address, self.stream());
+                    self.free_on_stream(device, address, capacity);
                     return Err(error);
                 }
-                Storage::Device(address)
+                Storage::Device { address, capacity }
             }
             Backend::Emulator(_) => {
                 let mut words = Vec::new();

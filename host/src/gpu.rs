@@ -75,6 +75,45 @@ struct Queue {
     /// The cudarc stream this is (kept alive), for views of cudarc slices.
     #[cfg(feature = "cudarc")]
     cudarc: Option<Arc<cudarc::driver::CudaStream>>,
+    /// Blocks freed on this stream and kept for its next allocations ([`BlockCache`]).
+    cache: Mutex<BlockCache>,
+}
+
+/// Device memory freed on one stream, kept for that stream's next allocations: a
+/// convenient call allocates its workspace and outputs and frees them on return, and a
+/// driver call per allocation and per free (`cuMemAllocFromPoolAsync`, `cuMemFreeAsync`)
+/// cost about a microsecond each. A kept block is reused in the stream's order, as the pool
+/// would reuse it, so the next owner's work runs after the last owner's. Only small blocks
+/// are kept, and few: large ones return to the pool, which serves every stream.
+#[derive(Default)]
+struct BlockCache {
+    /// (capacity in bytes, address), most recently freed last.
+    blocks: Vec<(usize, u64)>,
+}
+
+/// The most blocks a stream keeps.
+const CACHED_BLOCKS: usize = 8;
+/// The largest block a stream keeps: workspaces and outputs of calls whose time the
+/// allocation would show in (larger ones take long enough that a driver call is noise).
+const MAX_CACHED_BYTES: usize = 16 << 20;
+
+impl BlockCache {
+    /// A kept block of at least `bytes` and at most twice that (so that a small request
+    /// does not hold a large block), removed from the cache.
+    fn take(&mut self, bytes: usize) -> Option<(usize, u64)> {
+        let fits = |&(capacity, _): &(usize, u64)| capacity >= bytes && capacity <= 2 * bytes.max(256);
+        let at = self.blocks.iter().rposition(fits)?;
+        Some(self.blocks.swap_remove(at))
+    }
+
+    /// Keeps a freed block when there is room; else hands it back.
+    fn keep(&mut self, capacity: usize, address: u64) -> Option<(usize, u64)> {
+        if capacity > MAX_CACHED_BYTES || self.blocks.len() >= CACHED_BLOCKS {
+            return Some((capacity, address));
+        }
+        self.blocks.push((capacity, address));
+        None
+    }
 }
 
 impl Queue {
@@ -85,6 +124,7 @@ impl Queue {
             backend,
             #[cfg(feature = "cudarc")]
             cudarc: None,
+            cache: Mutex::default(),
         })
     }
 }
@@ -95,6 +135,13 @@ unsafe impl Sync for Queue {}
 
 impl Drop for Queue {
     fn drop(&mut self) {
+        if let Backend::Cuda(device) = &*self.backend {
+            // The kept blocks go back to the pool, in this stream's order.
+            let cache = self.cache.get_mut().unwrap_or_else(|e| e.into_inner());
+            for (_, address) in cache.blocks.drain(..) {
+                device.free(address, self.stream);
+            }
+        }
         if let (true, Backend::Cuda(device)) = (self.owned, &*self.backend)
             && device.make_current().is_ok()
         {
@@ -399,6 +446,7 @@ impl Gpu {
                     owned: false,
                     backend: self.inner.clone(),
                     cudarc: Some(stream.clone()),
+                    cache: Mutex::default(),
                 });
                 Ok(Gpu { inner: self.inner.clone(), queue, tuning: self.tuning })
             }
@@ -497,6 +545,25 @@ impl Gpu {
     /// The stream every operation of this handle is queued on.
     pub(crate) fn stream(&self) -> sys::CUstream {
         self.queue.stream
+    }
+
+    /// `bytes` (not 0) of device memory in this stream's order: a block this stream freed
+    /// before, else one from the device's pool. Returns the address and the block's capacity.
+    pub(crate) fn allocate_on_stream(&self, device: &CudaDevice, bytes: usize) -> Result<(u64, usize)> {
+        let kept = self.queue.cache.lock().unwrap_or_else(|e| e.into_inner()).take(bytes);
+        match kept {
+            Some((capacity, address)) => Ok((address, capacity)),
+            None => Ok((device.allocate(bytes, self.stream())?, bytes)),
+        }
+    }
+
+    /// Frees a block of [`Gpu::allocate_on_stream`] in this stream's order: kept for the
+    /// stream's next allocations when small, else back to the pool.
+    pub(crate) fn free_on_stream(&self, device: &CudaDevice, address: u64, capacity: usize) {
+        let returned = self.queue.cache.lock().unwrap_or_else(|e| e.into_inner()).keep(capacity, address);
+        if let Some((_, address)) = returned {
+            device.free(address, self.stream());
+        }
     }
 
     /// Waits until all work queued on this handle's stream has finished, and reports any
@@ -811,4 +878,26 @@ fn read_limits(device: sys::CUdevice) -> std::result::Result<DeviceLimits, Drive
         // Double data rate: two transfers per clock.
         peak_bandwidth_bytes_per_s: 2.0 * memory_clock_khz * 1e3 * bus_width_bits / 8.0,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_block_cache_keeps_few_small_blocks_and_reuses_close_fits() {
+        let mut cache = BlockCache::default();
+        assert_eq!(cache.keep(4096, 0x1000), None);
+        assert_eq!(cache.keep(MAX_CACHED_BYTES + 1, 0x2000), Some((MAX_CACHED_BYTES + 1, 0x2000)), "too large");
+        // A request takes a block of its size up to twice it, never a much larger one.
+        assert_eq!(cache.take(1000), None, "4096 is more than twice 1000");
+        assert_eq!(cache.take(3000), Some((4096, 0x1000)));
+        assert_eq!(cache.take(3000), None, "taken once");
+        for i in 0..CACHED_BLOCKS as u64 {
+            assert_eq!(cache.keep(512, 0x10_000 + i), None);
+        }
+        assert_eq!(cache.keep(512, 0x20_000), Some((512, 0x20_000)), "full");
+        // The most recently freed fitting block first.
+        assert_eq!(cache.take(512), Some((512, 0x10_000 + CACHED_BLOCKS as u64 - 1)));
+    }
 }
