@@ -6,12 +6,20 @@
 #     gpu-select the way README.md tells users to;
 #  3. ptxas at the release the committed cubins were built with (pip nvidia-cuda-nvcc-cu12;
 #     xtask/src/kernels.rs names it), so that `cargo xtask test` can rebuild them and find
-#     them the same.
-# No CUDA library is needed to build or test: the library loads the driver at run time and
-# runs on its emulator where there is none.
+#     them the same;
+#  4. the CUDA driver library for the linker, for the optional `cust` feature only (cust links
+#     libcuda when it builds; `cargo xtask test` builds every feature): where no driver is
+#     installed, Debian's libcuda1 from the non-free component, which on a machine without a
+#     GPU answers "no CUDA-capable device". The library itself links nothing: it loads the
+#     driver at run time and runs on its emulator where there is none.
 # Each step is skipped when its tool is already there, so running it again costs seconds.
 set -euo pipefail
 cd "$(dirname "$0")"
+
+as_root() {
+  if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
+    echo "setup: need root for: $*" >&2; return 1; fi
+}
 
 # 1. Rust: `rustup toolchain install` with no name reads rust-toolchain.toml.
 if ! rustup run "$(sed -n 's/^channel = "\(.*\)"/\1/p' rust-toolchain.toml)" rustc --version >/dev/null 2>&1; then
@@ -30,5 +38,17 @@ ptxas_package="nvidia-cuda-nvcc-cu12==$(sed -n 's/^pub const PTXAS_PIP_VERSION: 
 if [ "$(python3 -m pip show nvidia-cuda-nvcc-cu12 2>/dev/null | sed -n 's/^Version: //p')" != "${ptxas_package#*==}" ]; then
   echo "setup: installing ptxas (pip: $ptxas_package)"
   python3 -m pip install -q --disable-pip-version-check "$ptxas_package"
+fi
+# 4. libcuda.so for the linker (the `cust` feature).
+if ! ldconfig -p | grep -q 'libcuda\.so ' && [ ! -e /usr/local/cuda/lib64/stubs/libcuda.so ]; then
+  echo "setup: installing Debian's libcuda1 (the CUDA driver library, for linking the cust feature)"
+  sources=/etc/apt/sources.list.d/debian.sources
+  if [ -f "$sources" ] && ! grep -q 'non-free' "$sources"; then
+    as_root sed -i 's/^Components: main$/Components: main contrib non-free/' "$sources"
+  elif [ -f /etc/apt/sources.list ] && ! grep -q 'non-free' /etc/apt/sources.list; then
+    as_root sed -i 's/^\(deb .* main\)$/\1 contrib non-free/' /etc/apt/sources.list
+  fi
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends libcuda1 >/dev/null
 fi
 echo "setup: ready ($(rustup show active-toolchain | cut -d' ' -f1), $(rustup run stable rustc --version))"

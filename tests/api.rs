@@ -155,6 +155,12 @@ fn raw_views_are_checked() {
     assert!(empty.is_empty());
     let huge = unsafe { DeviceSlice::<u64>::from_raw_parts(&gpu, buffer.device_address(), usize::MAX / 4) };
     assert!(matches!(huge, Err(Error::InvalidArgument { .. })));
+    if gpu.backend() == BackendKind::Cuda {
+        // Host memory is not device memory: the driver says so, and the view is refused.
+        let host = [1u64; 16];
+        let on_host = unsafe { DeviceSlice::<u64>::from_raw_parts(&gpu, host.as_ptr() as u64, 16) };
+        assert!(matches!(on_host, Err(Error::InvalidArgument { .. })), "{on_host:?}");
+    }
     // Views at odd offsets reach selections whose fast passes load 16-byte vectors: they
     // run without them, with the same answers.
     let keys = generate::<f32>(70_000, Distribution::Uniform, 3);
@@ -466,6 +472,17 @@ fn cudarc_slices_are_keys_and_outputs() {
     let indices = stream.clone_dtoh(&indices).unwrap();
     let got: Vec<(u64, u64)> = values.iter().map(|v| v.exact()).zip(indices).collect();
     assert_eq!(got, expected(&data, 16, Order::Largest, None));
+    // Selection and sorting take cudarc slices too.
+    {
+        let view = on_cudarc.view_cudarc(&keys).unwrap();
+        let sorted = reference::sort_pairs(&data, Order::Smallest);
+        let median = on_cudarc.select(&view, data.len() / 2, &SelectOptions::default()).unwrap();
+        assert_eq!(median.value.exact(), sorted[data.len() / 2].0.exact());
+        let segments = on_cudarc.sort_segments(view.slice(..2000), 2000, Order::Smallest).unwrap();
+        let want: Vec<u64> =
+            reference::sort_pairs(&data[..2000], Order::Smallest).iter().map(|p| p.1).collect();
+        assert_eq!(on_cudarc.download(&segments.indices).unwrap(), want);
+    }
     // A handle on another stream may not use a stream-bound view.
     let view = on_cudarc.view_cudarc(&keys).unwrap();
     assert!(matches!(gpu.top_k(&view, 3, &TopKOptions::largest()), Err(Error::InvalidArgument { .. })));
@@ -481,4 +498,33 @@ fn the_emulator_has_no_streams_to_wrap() {
     assert!(gpu.raw_stream().is_null());
     assert!(gpu.fork_stream().unwrap().same_stream(&gpu));
     gpu.wait_for(&gpu.fork_stream().unwrap()).unwrap();
+}
+
+/// With the `cust` feature, on a GPU: cust's buffers as keys and outputs (cust 0.3 works in
+/// the primary context too; its copies run on the legacy default stream and wait).
+#[cfg(feature = "cust")]
+#[test]
+#[ignore = "needs a GPU (cust buffers are device memory): run with --include-ignored there"]
+fn cust_buffers_are_keys_and_outputs() {
+    use cust::memory::{CopyDestination, DeviceBuffer as CustBuffer};
+    let gpu = common::gpu();
+    assert_eq!(gpu.backend(), BackendKind::Cuda, "cust buffers need a GPU");
+    let _context = cust::quick_init().unwrap();
+    let data = generate::<u64>(50_000, Distribution::Uniform, 88);
+    let keys = CustBuffer::from_slice(&data).unwrap();
+    let mut values = CustBuffer::from_slice(&[0u64; 10]).unwrap();
+    let mut indices = CustBuffer::from_slice(&[0u64; 10]).unwrap();
+    let view = gpu.view_cust(&keys).unwrap();
+    let plan = gpu.plan_top_k(&Keys::new(&view), 10, &TopKOptions::smallest()).unwrap();
+    let mut workspace = gpu.alloc_zeroed::<u8>(plan.workspace_bytes()).unwrap();
+    let out = TopKOut::new(gpu.view_cust_mut(&mut values).unwrap(), gpu.view_cust_mut(&mut indices).unwrap());
+    gpu.top_k_into(&plan, &view, out, &mut workspace).unwrap();
+    gpu.synchronize().unwrap(); // cust reads on the legacy default stream, which does not wait
+    let (mut got_values, mut got_indices) = (vec![0u64; 10], vec![0u64; 10]);
+    values.copy_to(&mut got_values[..]).unwrap();
+    indices.copy_to(&mut got_indices[..]).unwrap();
+    let got: Vec<(u64, u64)> = got_values.iter().map(|v| v.exact()).zip(got_indices).collect();
+    assert_eq!(got, expected(&data, 10, Order::Smallest, None));
+    let sorted = reference::sort_pairs(&data, Order::Smallest);
+    assert_eq!(gpu.select(&view, 777, &SelectOptions::default()).unwrap().value, sorted[777].0);
 }

@@ -3,18 +3,21 @@
 # run 121): the convenient calls against the plan form (bench section `convenience`), and
 # the no-regression A/B of the headline cases, base (.gpu-run/bench-base.xz, main 8f74402
 # before the reshaping) and new (.gpu-run/bench-new.xz), two rounds each, alternating,
-# in this one call.
+# in this one call. With .gpu-run/bench-nocache.xz (the reshaped API before streams kept freed
+# blocks, b18076f) present, the convenience rounds include it: the block cache's same-call A/B.
 # Usage, from the repository root on the GPU machine: docs/results/api-ab.sh
 set -uo pipefail
 export GPU_SELECT_BACKEND=cuda
-for side in base new; do
+sides="base new"
+[ -f .gpu-run/bench-nocache.xz ] && sides="base nocache new"
+for side in $sides; do
   [ -x /tmp/bench-$side ] || { python3 -c 'import lzma,sys; open(sys.argv[2],"wb").write(lzma.open(sys.argv[1]).read())' \
     .gpu-run/bench-$side.xz /tmp/bench-$side && chmod +x /tmp/bench-$side; }
 done
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 echo "=== convenience"
 for round in 1 2; do
-  for side in base new; do
+  for side in $sides; do
     echo "--- round $round, $side"
     GPU_SELECT_BENCH_SECTIONS=convenience GPU_SELECT_RESULTS_DIR=/tmp/conv-$side-$round \
       /tmp/bench-$side --bench 'no-criterion-case' 2>&1 | grep -A40 "^convenient call" | grep -v "^$"

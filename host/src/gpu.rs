@@ -547,6 +547,34 @@ impl Gpu {
         self.queue.stream
     }
 
+    /// Checks that the driver knows `address` as memory of this handle's device (nothing to
+    /// check on the emulator, whose device memory is host memory).
+    pub(crate) fn check_device_address(&self, address: u64) -> Result<()> {
+        let Backend::Cuda(device) = &*self.inner else { return Ok(()) };
+        device.make_current()?;
+        let mut ordinal: i32 = -1;
+        let result = unsafe {
+            sys::cuPointerGetAttribute(
+                (&mut ordinal as *mut i32).cast(),
+                sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                address,
+            )
+        };
+        if result != sys::CUresult::CUDA_SUCCESS {
+            return Err(Error::invalid(format!(
+                "address {address:#x} is not device memory the CUDA driver knows ({})",
+                crate::error::describe_driver_error(cudarc::driver::result::DriverError(result))
+            )));
+        }
+        if ordinal != device.device {
+            return Err(Error::invalid(format!(
+                "address {address:#x} is memory of device {ordinal}, not of this handle's device {}",
+                device.device
+            )));
+        }
+        Ok(())
+    }
+
     /// `bytes` (not 0) of device memory in this stream's order: a block this stream freed
     /// before, else one from the device's pool. Returns the address and the block's capacity.
     pub(crate) fn allocate_on_stream(&self, device: &CudaDevice, bytes: usize) -> Result<(u64, usize)> {
@@ -888,7 +916,11 @@ mod tests {
     fn the_block_cache_keeps_few_small_blocks_and_reuses_close_fits() {
         let mut cache = BlockCache::default();
         assert_eq!(cache.keep(4096, 0x1000), None);
-        assert_eq!(cache.keep(MAX_CACHED_BYTES + 1, 0x2000), Some((MAX_CACHED_BYTES + 1, 0x2000)), "too large");
+        assert_eq!(
+            cache.keep(MAX_CACHED_BYTES + 1, 0x2000),
+            Some((MAX_CACHED_BYTES + 1, 0x2000)),
+            "too large"
+        );
         // A request takes a block of its size up to twice it, never a much larger one.
         assert_eq!(cache.take(1000), None, "4096 is more than twice 1000");
         assert_eq!(cache.take(3000), Some((4096, 0x1000)));

@@ -92,6 +92,13 @@ impl<T> DeviceSliceMut<'_, T> {
     }
 }
 
+/// Checks a raw view's address and length: aligned for `T`, not null unless empty, a byte
+/// length that fits `usize`, and on a GPU memory the driver knows as `gpu`'s device's.
+fn check_raw_on<T>(gpu: &Gpu, address: u64, len: usize) -> Result<()> {
+    check_raw::<T>(address, len)?;
+    if len > 0 { gpu.check_device_address(address) } else { Ok(()) }
+}
+
 /// Checks a raw view's address and length: aligned for `T`, not null unless empty, and a
 /// byte length that fits `usize`.
 fn check_raw<T>(address: u64, len: usize) -> Result<()> {
@@ -132,7 +139,8 @@ impl<'a, T: DeviceValue> DeviceSlice<'a, T> {
     /// emulator, a host address).
     ///
     /// Errors: [`Error::InvalidArgument`] for an address not aligned for `T`, a null address
-    /// with `len > 0`, or a length whose bytes overflow.
+    /// with `len > 0`, a length whose bytes overflow, or (on a GPU) an address the driver
+    /// does not know as memory of this handle's device.
     ///
     /// # Safety
     /// The `len · size_of::<T>()` bytes at `address` are memory of `gpu`'s device, in its
@@ -151,7 +159,7 @@ impl<'a, T: DeviceValue> DeviceSlice<'a, T> {
     /// # Ok::<(), gpu_select::Error>(())
     /// ```
     pub unsafe fn from_raw_parts(gpu: &Gpu, address: u64, len: usize) -> Result<Self> {
-        check_raw::<T>(address, len)?;
+        check_raw_on::<T>(gpu, address, len)?;
         Ok(Self::wrap(DeviceBuffer::borrowed(gpu.clone(), address, len, false)))
     }
 
@@ -175,7 +183,7 @@ impl<'a, T: DeviceValue> DeviceSliceMut<'a, T> {
     /// As [`DeviceSlice::from_raw_parts`], and nothing else reads or writes the memory while
     /// the work queued on the view runs.
     pub unsafe fn from_raw_parts(gpu: &Gpu, address: u64, len: usize) -> Result<Self> {
-        check_raw::<T>(address, len)?;
+        check_raw_on::<T>(gpu, address, len)?;
         Ok(Self::wrap(DeviceBuffer::borrowed(gpu.clone(), address, len, false)))
     }
 
@@ -244,6 +252,47 @@ impl<'a, T: DeviceValue> From<&'a DeviceSliceMut<'_, T>> for DeviceSlice<'a, T> 
 impl<'a, T: DeviceValue> From<&'a mut DeviceSliceMut<'_, T>> for DeviceSliceMut<'a, T> {
     fn from(view: &'a mut DeviceSliceMut<'_, T>) -> Self {
         view.reborrow()
+    }
+}
+
+#[cfg(feature = "cust")]
+mod cust_views {
+    use cust::memory::{DeviceCopy, DeviceSlice as CustSlice};
+
+    use super::*;
+
+    impl Gpu {
+        /// A read-only view of a cust buffer or slice (cust 0.3: its `DeviceBuffer` derefs to
+        /// its `DeviceSlice`). cust works in the device's primary context, as this library
+        /// does. cust copies on the legacy default stream and waits for them, so its writes
+        /// into the keys are done when its calls return; the library's work is on its own
+        /// non-blocking stream, which the legacy stream does not wait for: synchronize the
+        /// handle ([`Gpu::synchronize`]) before reading results with cust.
+        ///
+        /// Errors: [`Error::InvalidArgument`] for memory of another device than the handle's.
+        ///
+        /// ```ignore
+        /// let keys = cust::memory::DeviceBuffer::from_slice(&[3.0f32, 1.0, 2.0])?;
+        /// let top = gpu.top_k(gpu.view_cust(&keys)?, 1, &TopKOptions::largest())?;
+        /// ```
+        pub fn view_cust<'a, T: DeviceValue + DeviceCopy>(
+            &self,
+            slice: &'a CustSlice<T>,
+        ) -> Result<DeviceSlice<'a, T>> {
+            let address = slice.as_device_ptr().as_raw();
+            check_raw_on::<T>(self, address, slice.len())?;
+            Ok(DeviceSlice::wrap(DeviceBuffer::borrowed(self.clone(), address, slice.len(), false)))
+        }
+
+        /// A writable view of a cust buffer or slice: as [`Gpu::view_cust`].
+        pub fn view_cust_mut<'a, T: DeviceValue + DeviceCopy>(
+            &self,
+            slice: &'a mut CustSlice<T>,
+        ) -> Result<DeviceSliceMut<'a, T>> {
+            let address = slice.as_device_ptr().as_raw();
+            check_raw_on::<T>(self, address, slice.len())?;
+            Ok(DeviceSliceMut::wrap(DeviceBuffer::borrowed(self.clone(), address, slice.len(), false)))
+        }
     }
 }
 
