@@ -456,6 +456,12 @@ fn bad_input_gives_clear_errors() {
         gpu.top_k(Keys::rows(&data, 4, 4), 1, &TopKOptions::new(Order::Smallest)),
         Err(Error::LengthMismatch { .. })
     ));
+    // More keys than the rows hold is a mistake too (a strided matrix says so with its stride).
+    assert!(matches!(
+        gpu.top_k(Keys::rows(&data, 2, 4), 1, &TopKOptions::smallest()),
+        Err(Error::LengthMismatch { .. })
+    ));
+    assert!(gpu.top_k(Keys::rows_strided(&data, 2, 4, 4), 1, &TopKOptions::smallest()).is_ok());
     assert!(matches!(
         gpu.top_k_host(&[1u32; 10], 4, 1, &TopKOptions::new(Order::Smallest)),
         Err(Error::InvalidArgument { .. })

@@ -39,8 +39,9 @@ pub struct Keys<'a, K> {
 pub(crate) enum Layout<'a> {
     /// One array.
     Flat,
-    /// `rows` rows of `cols` keys, row `r` at `r · stride`.
-    Dense { rows: usize, cols: usize, stride: usize },
+    /// `rows` rows of `cols` keys, row `r` at `r · stride`; `exact`: the data holds those
+    /// keys and no more ([`Keys::rows`]), else at least them ([`Keys::rows_strided`]).
+    Dense { rows: usize, cols: usize, stride: usize, exact: bool },
     /// Row `r` is keys `offsets[r] .. offsets[r + 1]`.
     Ragged(DeviceSlice<'a, u64>),
 }
@@ -58,7 +59,7 @@ impl<'a, K: SelectKey> Keys<'a, K> {
     /// A row-major matrix of `rows × cols` keys (`data` holds exactly that many): the top-k
     /// of every row, `rows · k` results row after row; indices are columns.
     pub fn rows(data: impl Into<DeviceSlice<'a, K>>, rows: usize, cols: usize) -> Self {
-        Self::with_layout(data.into(), Layout::Dense { rows, cols, stride: cols })
+        Self::with_layout(data.into(), Layout::Dense { rows, cols, stride: cols, exact: true })
     }
 
     /// Rows of `cols` keys, row `r` starting at key `r · row_stride` (`row_stride ≥ cols`;
@@ -69,7 +70,7 @@ impl<'a, K: SelectKey> Keys<'a, K> {
         cols: usize,
         row_stride: usize,
     ) -> Self {
-        Self::with_layout(data.into(), Layout::Dense { rows, cols, stride: row_stride })
+        Self::with_layout(data.into(), Layout::Dense { rows, cols, stride: row_stride, exact: false })
     }
 
     /// Rows of varying length, as in CSR: row `r` is `data[offsets[r] .. offsets[r + 1]]`,

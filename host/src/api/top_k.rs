@@ -128,7 +128,7 @@ impl<K: SelectKey> TopKPlan<K> {
         keys.data.buffer().check_gpu(gpu, "the keys")?;
         let matches = match (&keys.layout, &self.input) {
             (Layout::Flat, PlannedInput::Flat { n }) => keys.data.len() == *n,
-            (Layout::Dense { rows, cols, stride }, PlannedInput::Rows(spec)) => {
+            (Layout::Dense { rows, cols, stride, .. }, PlannedInput::Rows(spec)) => {
                 spec.offsets().is_none()
                     && RowsSpec::dense(*rows, *cols, *stride, self.k).as_ref() == Ok(spec)
             }
@@ -146,8 +146,9 @@ impl<K: SelectKey> TopKPlan<K> {
                 "the keys' filter or transform differs from the plan's: plan with the same Keys",
             ));
         }
+        let exact = matches!(keys.layout, Layout::Dense { exact: true, .. });
         if let PlannedInput::Rows(spec) = &self.input
-            && keys.data.len() < spec.data_len()
+            && (keys.data.len() < spec.data_len() || exact && keys.data.len() != spec.data_len())
         {
             return Err(Error::LengthMismatch {
                 what: "keys (rows as described)",
@@ -257,7 +258,7 @@ impl Gpu {
                     ))
                 })?;
                 let spec = match layout {
-                    Layout::Dense { rows, cols, stride } => RowsSpec::dense(*rows, *cols, *stride, k)?,
+                    Layout::Dense { rows, cols, stride, .. } => RowsSpec::dense(*rows, *cols, *stride, k)?,
                     Layout::Ragged(offsets) => {
                         offsets.buffer().check_gpu(self, "the row offsets")?;
                         if offsets.len() < 2 {
