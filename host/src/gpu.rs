@@ -98,11 +98,17 @@ const CACHED_BLOCKS: usize = 8;
 const MAX_CACHED_BYTES: usize = 16 << 20;
 
 impl BlockCache {
-    /// A kept block of at least `bytes` and at most twice that (so that a small request
-    /// does not hold a large block), removed from the cache.
+    /// The smallest kept block of at least `bytes` and at most twice that (so that a small
+    /// request does not hold a large block), removed from the cache. Smallest first: a call
+    /// that allocates blocks of several sizes (a workspace, values, indices) finds each its
+    /// own again, instead of a smaller request taking a larger block and the larger one
+    /// missing.
     fn take(&mut self, bytes: usize) -> Option<(usize, u64)> {
-        let fits = |&(capacity, _): &(usize, u64)| capacity >= bytes && capacity <= 2 * bytes.max(256);
-        let at = self.blocks.iter().rposition(fits)?;
+        let fits = |capacity: usize| capacity >= bytes && capacity <= 2 * bytes.max(256);
+        let at = (0..self.blocks.len())
+            .rev()
+            .filter(|&at| fits(self.blocks[at].0))
+            .min_by_key(|&at| self.blocks[at].0)?;
         Some(self.blocks.swap_remove(at))
     }
 
@@ -929,7 +935,15 @@ mod tests {
             assert_eq!(cache.keep(512, 0x10_000 + i), None);
         }
         assert_eq!(cache.keep(512, 0x20_000), Some((512, 0x20_000)), "full");
-        // The most recently freed fitting block first.
+        // Among equal fits, the most recently freed first.
         assert_eq!(cache.take(512), Some((512, 0x10_000 + CACHED_BLOCKS as u64 - 1)));
+        // A smaller request takes the smallest block that fits, leaving the larger one for
+        // its own size: values of 128 bytes and indices of 256, freed in either order.
+        let mut cache = BlockCache::default();
+        for (capacity, address) in [(128, 0xa), (256, 0xb)] {
+            assert_eq!(cache.keep(capacity, address), None);
+        }
+        assert_eq!(cache.take(128), Some((128, 0xa)));
+        assert_eq!(cache.take(256), Some((256, 0xb)));
     }
 }
