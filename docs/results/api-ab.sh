@@ -6,6 +6,7 @@
 # in this one call. With .gpu-run/bench-nocache.xz (the reshaped API before streams kept freed
 # blocks, b18076f) present, the convenience rounds include it: the block cache's same-call A/B.
 # Usage, from the repository root on the GPU machine: docs/results/api-ab.sh
+# (CONVENIENCE_ONLY=1: the convenience rounds alone.)
 set -uo pipefail
 export GPU_SELECT_BACKEND=cuda
 sides="base new"
@@ -23,6 +24,7 @@ for round in 1 2; do
       /tmp/bench-$side --bench 'no-criterion-case' 2>&1 | grep -A40 "^convenient call" | grep -v "^$"
   done
 done
+[ -n "${CONVENIENCE_ONLY:-}" ] && exit 0
 echo "=== A/B"
 filter='bitonic f32 n=2\^28 k=(1|32|1024) uniform|sample f32 n=2\^28 k=(134217728|262144) uniform|approx f32 n=2\^28 buckets=1024 \(|f32 10000x1000 k=100 Smallest|f32 10000x32000 k=100 Smallest|f32 10000x128000 k=(100|1000) Smallest|f32 64x131072 k=(50|1024) Largest|read_floor'
 for round in 1 2; do
