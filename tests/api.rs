@@ -528,3 +528,23 @@ fn cust_buffers_are_keys_and_outputs() {
     let sorted = reference::sort_pairs(&data, Order::Smallest);
     assert_eq!(gpu.select(&view, 777, &SelectOptions::default()).unwrap().value, sorted[777].0);
 }
+
+#[test]
+fn the_read_pass_checks_its_scratch_and_tuning_takes_any_value() {
+    use gpu_select::diagnostics::{queue_read_pass, read_pass};
+    let gpu = common::gpu();
+    let data = gpu.upload(&[3u32, 9, 4, 1]).unwrap();
+    // An empty scratch word would be a write to address 0 (issue 36, item 2).
+    let empty = gpu.alloc_zeroed::<u32>(0).unwrap();
+    assert!(matches!(queue_read_pass(&gpu, &data, &empty), Err(Error::LengthMismatch { .. })));
+    let mut scratch = gpu.alloc_zeroed::<u32>(1).unwrap();
+    assert_eq!(read_pass(&gpu, &data, &mut scratch).unwrap(), 9);
+    // Blocks per multiprocessor beyond u32 when multiplied (issue 36, item 4): the plan caps
+    // them at the tiles there are, and the answer is the same.
+    let keys = generate::<f32>(300_000, Distribution::Uniform, 6);
+    let device = gpu.upload(&keys).unwrap();
+    let tuned = gpu.with_tuning(Tuning { top_k_blocks_per_sm: u32::MAX, ..Tuning::default() });
+    let bitonic = TopKOptions::largest().with_algorithm(Algorithm::Bitonic);
+    let top = tuned.top_k(&device, 10, &bitonic).unwrap();
+    assert_eq!(got(&tuned, &top), expected(&keys, 10, Order::Largest, None));
+}

@@ -51,6 +51,10 @@ pub fn queue_read_pass<T: DeviceValue>(
 ) -> Result<()> {
     buffer.check_gpu(gpu, "the buffer")?;
     scratch.check_gpu(gpu, "the scratch word")?;
+    if scratch.len() != 1 {
+        // The kernel writes one word there: an empty scratch would be a write to address 0.
+        return Err(Error::LengthMismatch { what: "read-pass scratch", expected: 1, actual: scratch.len() });
+    }
     if !buffer.bytes().is_multiple_of(4) {
         return Err(Error::invalid("the read pass reads whole 32-bit words"));
     }

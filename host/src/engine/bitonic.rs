@@ -48,7 +48,8 @@ impl PassBudget {
 
     /// The most blocks of one pass.
     fn most_blocks(&self) -> u64 {
-        (self.multiprocessors * self.blocks_per_sm) as u64
+        // In 64 bits: a tuning sweep may ask for any number of blocks per multiprocessor.
+        self.multiprocessors as u64 * self.blocks_per_sm as u64
     }
 
     /// An H100's budget with the default tuning (for the plans' unit tests).
@@ -575,6 +576,16 @@ mod tests {
         }
         assert!(BitonicPlan::new(1 << 20, 32, PassBudget::h100()).sample.is_some());
         assert!(BitonicPlan::new(1 << 19, 32, PassBudget::h100()).sample.is_none());
+    }
+
+    #[test]
+    fn any_tuning_value_gives_a_plan() {
+        // The product of multiprocessors and blocks per multiprocessor does not fit 32 bits.
+        let tuning = Tuning { top_k_blocks_per_sm: u32::MAX, ..Tuning::default() };
+        let budget = PassBudget::new(&tuning, 132);
+        assert_eq!(budget.most_blocks(), 132 * u32::MAX as u64);
+        let plan = BitonicPlan::new(1 << 24, 32, budget);
+        assert_eq!(plan.main[0].blocks as u64, (1u64 << 24).div_ceil(TOPK_TILE), "a block per tile at most");
     }
 
     #[test]
