@@ -689,9 +689,17 @@ fn convenience(gpu: &Gpu) {
                 values: gpu.alloc_zeroed::<f32>(k).unwrap(),
                 indices: gpu.alloc_zeroed::<u64>(k).unwrap(),
             };
-            let convenient = wall_ms(gpu, 50, || gpu.top_k(&data, k, &options).map(drop));
+            // The plan form first, then the convenient call, then a plan made each call into
+            // the caller's buffers: what the convenient call adds, split into planning and
+            // allocation.
             let into = wall_ms(gpu, 50, || gpu.top_k_into(&plan, &data, &mut out, &mut workspace));
+            let convenient = wall_ms(gpu, 50, || gpu.top_k(&data, k, &options).map(drop));
+            let planned = wall_ms(gpu, 50, || {
+                let plan = gpu.plan_top_k(&Keys::new(&data), k, &options)?;
+                gpu.top_k_into(&plan, &data, &mut out, &mut workspace)
+            });
             print(&format!("top_k n=2^{log_n} k={k}"), convenient, into);
+            println!("{:<44} {planned:>9.4} ms (a plan each call, the caller's buffers)", "");
         }
         for rank in [n / 2, n / 100] {
             let options = SelectOptions::default();
