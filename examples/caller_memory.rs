@@ -2,11 +2,11 @@
 //! top 8 of 1 M floats read through a view, written through views, queued on the caller's
 //! stream.
 //!
-//! `cargo run --release --example caller_memory` (add `--features cudarc` for the cudarc
-//! part). On a GPU the memory and the stream come from the CUDA driver directly, as from any
+//! `cargo run --release --example caller_memory` (add `--features cudarc` or
+//! `--features cust` for the cudarc or cust part). On a GPU the memory and the stream come from the CUDA driver directly, as from any
 //! library (PyTorch's `tensor.data_ptr()` and `torch.cuda.current_stream().cuda_stream`,
-//! cust's `DeviceBuffer::as_device_ptr().as_raw()`, …); with the `cudarc` feature also from
-//! cudarc's `CudaSlice` on its `CudaStream` (what candle and burn use). On the emulator,
+//! …); with the `cudarc` feature also from cudarc's `CudaSlice` on its `CudaStream` (what
+//! candle and burn use), and with the `cust` feature from cust's `DeviceBuffer`. On the emulator,
 //! whose "device memory" is host memory, a host vector stands for it.
 
 use gpu_select::{
@@ -34,6 +34,12 @@ fn main() -> gpu_select::Result<()> {
         let indices = on_cudarc_slices(&gpu, &keys)?;
         assert_eq!(indices, want, "the top {K} differ from the CPU's");
         println!("cudarc slices on a cudarc stream: the same top {K}");
+    }
+    #[cfg(feature = "cust")]
+    if gpu.backend() == BackendKind::Cuda {
+        let indices = on_cust_buffers(&gpu, &keys)?;
+        assert_eq!(indices, want, "the top {K} differ from the CPU's");
+        println!("cust buffers: the same top {K}");
     }
     Ok(())
 }
@@ -111,4 +117,25 @@ fn on_cudarc_slices(gpu: &Gpu, keys: &[f32]) -> gpu_select::Result<Vec<u64>> {
         on_cudarc.top_k_into(&top, &input, out, &mut workspace)?;
     } // the views record their events here, after the work they were used for
     Ok(stream.clone_dtoh(&indices).expect("a driver call of another library"))
+}
+
+/// cust's buffers (cust 0.3 uses the device's primary context, as the library does). cust
+/// copies on the legacy default stream and waits for them; the library's stream is
+/// non-blocking, so the handle is synchronized before cust reads the outputs.
+#[cfg(feature = "cust")]
+fn on_cust_buffers(gpu: &Gpu, keys: &[f32]) -> gpu_select::Result<Vec<u64>> {
+    use cust::memory::{CopyDestination, DeviceBuffer};
+    let _context = cust::quick_init().expect("cust's context");
+    let device_keys = DeviceBuffer::from_slice(keys).expect("a cust allocation");
+    let mut values = DeviceBuffer::from_slice(&[0f32; K]).expect("a cust allocation");
+    let mut indices = DeviceBuffer::from_slice(&[0u64; K]).expect("a cust allocation");
+    let input = gpu.view_cust(&device_keys)?;
+    let plan = gpu.plan_top_k(&Keys::new(&input), K, &TopKOptions::largest())?;
+    let mut workspace = gpu.alloc_zeroed::<u8>(plan.workspace_bytes())?;
+    let out = TopKOut::new(gpu.view_cust_mut(&mut values)?, gpu.view_cust_mut(&mut indices)?);
+    gpu.top_k_into(&plan, &input, out, &mut workspace)?;
+    gpu.synchronize()?;
+    let mut got = vec![0u64; K];
+    indices.copy_to(&mut got[..]).expect("a cust copy");
+    Ok(got)
 }

@@ -197,7 +197,7 @@ fn bundle(root: &Path) -> Result<(), String> {
     let builds: [(&str, &[&str]); 3] = [
         ("test", &["test", "--workspace", "--all-features", "--no-run"]),
         ("bench", &["bench", "--workspace", "--no-run"]),
-        ("example", &["build", "--release", "--examples"]),
+        ("example", &["build", "--release", "--examples", "--all-features"]),
     ];
     for (kind, args) in builds {
         for executable in built_executables(root, args)? {
