@@ -163,8 +163,10 @@ impl<'a, T: DeviceValue> DeviceSlice<'a, T> {
         Ok(Self::wrap(DeviceBuffer::borrowed(gpu.clone(), address, len, false)))
     }
 
-    /// Values `range` of this view, as a view (panics out of bounds, as slicing does).
-    pub fn slice(&self, range: impl RangeBounds<usize>) -> DeviceSlice<'a, T> {
+    /// Values `range` of this view, as a view borrowing this one (panics out of bounds, as
+    /// slicing does). Borrowing, not outliving it: a view of a cudarc slice records its use
+    /// when it drops, so a part must not be used after it.
+    pub fn slice(&self, range: impl RangeBounds<usize>) -> DeviceSlice<'_, T> {
         let (start, len) = bounds(range, self.buffer.len());
         DeviceSlice::wrap(self.buffer.view(start, len))
     }

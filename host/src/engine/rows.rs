@@ -58,48 +58,22 @@ const MAX_BLOCKS_PER_ROW: u64 = 256;
 /// spread over 256 blocks instead of 64.
 const MERGE_CANDIDATES_PER_BLOCK: u64 = 2 * MERGE_ROWS_THREADS as u64;
 
-/// The rows of a batched top-k: what the kernel sees, and the host's copy of the offsets
-/// (ragged rows) for the paths that work row by row.
+/// The rows of a batched top-k as the kernels see them: the plan's [`RowsSpec`] (which
+/// `Rows` derefs to), the device's copy of the offsets (ragged rows) and the caller's
+/// indices.
 #[derive(Clone, Copy, Debug)]
 struct Rows<'a> {
-    count: u64,
-    /// Keys per row (dense), or 0 (ragged).
-    cols: u64,
-    /// Keys from one dense row's start to the next's.
-    stride: u64,
+    spec: &'a RowsSpec,
     /// The offsets on the device (ragged), or null (dense).
     offsets: GlobalPtr<u64>,
     /// The caller's index of each key (laid out as the keys), or null for the column.
     indices: GlobalPtr<u64>,
-    /// The same offsets on the host (ragged), or `None` (dense).
-    host_offsets: Option<&'a [u64]>,
-    /// The mean row length: sizes the split of long rows.
-    mean_len: u64,
-    /// The longest row's length.
-    max_len: u64,
 }
 
-impl Rows<'_> {
-    /// Keys of row `row`.
-    fn len(&self, row: usize) -> usize {
-        match self.host_offsets {
-            Some(offsets) => (offsets[row + 1] - offsets[row]) as usize,
-            None => self.cols as usize,
-        }
-    }
-
-    /// Where row `row` starts in the data.
-    fn start(&self, row: usize) -> usize {
-        match self.host_offsets {
-            Some(offsets) => offsets[row] as usize,
-            None => row * self.stride as usize,
-        }
-    }
-
-    /// Rows whose lengths may differ: all of them when ragged, one standing for all when
-    /// dense.
-    fn distinct(&self) -> usize {
-        if self.host_offsets.is_some() { self.count as usize } else { 1 }
+impl std::ops::Deref for Rows<'_> {
+    type Target = RowsSpec;
+    fn deref(&self) -> &RowsSpec {
+        self.spec
     }
 }
 
@@ -130,7 +104,7 @@ impl RowsAlgorithm {
 }
 
 /// Rows of a batched top-k as a plan keeps them: their count and shape, and for ragged rows
-/// the offsets as read when planned.
+/// the offsets as read when planned (the host's copy, for the paths that work row by row).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct RowsSpec {
     count: u64,
@@ -138,9 +112,11 @@ pub(crate) struct RowsSpec {
     cols: u64,
     /// Keys from one dense row's start to the next's.
     stride: u64,
-    /// The offsets (ragged rows).
+    /// The offsets (ragged rows), or `None` (dense).
     host_offsets: Option<Vec<u64>>,
+    /// The mean row length: sizes the split of long rows.
     mean_len: u64,
+    /// The longest row's length.
     max_len: u64,
 }
 
@@ -232,16 +208,29 @@ impl RowsSpec {
     /// The rows as the kernels see them, with the device's copy of the offsets (ragged) and
     /// the caller's indices (or null).
     fn rows(&self, offsets: GlobalPtr<u64>, indices: GlobalPtr<u64>) -> Rows<'_> {
-        Rows {
-            count: self.count,
-            cols: self.cols,
-            stride: self.stride,
-            offsets,
-            indices,
-            host_offsets: self.host_offsets.as_deref(),
-            mean_len: self.mean_len,
-            max_len: self.max_len,
+        Rows { spec: self, offsets, indices }
+    }
+
+    /// Keys of row `row`.
+    fn len(&self, row: usize) -> usize {
+        match &self.host_offsets {
+            Some(offsets) => (offsets[row + 1] - offsets[row]) as usize,
+            None => self.cols as usize,
         }
+    }
+
+    /// Where row `row` starts in the data.
+    fn start(&self, row: usize) -> usize {
+        match &self.host_offsets {
+            Some(offsets) => offsets[row] as usize,
+            None => row * self.stride as usize,
+        }
+    }
+
+    /// Rows whose lengths may differ: all of them when ragged, one standing for all when
+    /// dense.
+    fn distinct(&self) -> usize {
+        if self.host_offsets.is_some() { self.count as usize } else { 1 }
     }
 }
 
@@ -766,17 +755,13 @@ fn rows_kernel<K: SelectKey>(k: u32) -> (KernelId<RowsParams<K>>, usize) {
 mod tests {
     use super::*;
 
+    /// `count` dense rows of `mean_len` keys (the spec leaked: tests only).
     fn rows(count: u64, mean_len: u64) -> Rows<'static> {
-        Rows {
-            count,
-            cols: mean_len,
-            stride: mean_len,
-            offsets: GlobalPtr::null(),
-            indices: GlobalPtr::null(),
-            host_offsets: None,
-            mean_len,
-            max_len: mean_len,
-        }
+        spec(RowsSpec::dense(count as usize, mean_len as usize, mean_len as usize, 1).unwrap())
+    }
+
+    fn spec(spec: RowsSpec) -> Rows<'static> {
+        Box::leak(Box::new(spec)).rows(GlobalPtr::null(), GlobalPtr::null())
     }
 
     #[test]
@@ -887,8 +872,7 @@ mod tests {
             1,
             "parts would be too short"
         );
-        let offsets = [0, 100_000, 200_000];
-        let ragged = Rows { host_offsets: Some(&offsets), ..rows(2, 100_000) };
+        let ragged = spec(RowsSpec::ragged(vec![0, 100_000, 200_000], 200_000, 100).unwrap());
         assert_eq!(radix_blocks_per_row(ragged, 100, 132, &Tuning::default()), 1);
     }
 
@@ -899,6 +883,7 @@ mod tests {
         assert_eq!(blocks_per_row(rows(64, 131_072), 1024, 132), 17);
         assert_eq!(blocks_per_row(rows(1, 1 << 24), 8, 132), MAX_BLOCKS_PER_ROW);
         assert_eq!(blocks_per_row(rows(4, 5000), 8, 132), 1, "parts would be too short");
-        assert_eq!(blocks_per_row(rows(4, 0), 8, 132), 1);
+        let empty_rows = spec(RowsSpec::ragged(vec![0; 5], 0, 8).unwrap());
+        assert_eq!(blocks_per_row(empty_rows, 8, 132), 1);
     }
 }
