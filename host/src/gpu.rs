@@ -109,16 +109,21 @@ impl BlockCache {
             .rev()
             .filter(|&at| fits(self.blocks[at].0))
             .min_by_key(|&at| self.blocks[at].0)?;
-        Some(self.blocks.swap_remove(at))
+        // `remove`, not `swap_remove`: the blocks stay in the order they were freed.
+        Some(self.blocks.remove(at))
     }
 
-    /// Keeps a freed block when there is room; else hands it back.
+    /// Keeps a freed block (small enough), handing back what goes to the pool: the block
+    /// itself when it is too large, else the least recently freed one when the cache is full
+    /// (so that blocks of sizes no longer asked for do not hold the places of the ones in
+    /// use).
     fn keep(&mut self, capacity: usize, address: u64) -> Option<(usize, u64)> {
-        if capacity > MAX_CACHED_BYTES || self.blocks.len() >= CACHED_BLOCKS {
+        if capacity > MAX_CACHED_BYTES {
             return Some((capacity, address));
         }
+        let evicted = (self.blocks.len() >= CACHED_BLOCKS).then(|| self.blocks.remove(0));
         self.blocks.push((capacity, address));
-        None
+        evicted
     }
 }
 
@@ -934,9 +939,21 @@ mod tests {
         for i in 0..CACHED_BLOCKS as u64 {
             assert_eq!(cache.keep(512, 0x10_000 + i), None);
         }
-        assert_eq!(cache.keep(512, 0x20_000), Some((512, 0x20_000)), "full");
+        // Full: the least recently freed block goes back to the pool, the new one stays.
+        assert_eq!(cache.keep(512, 0x20_000), Some((512, 0x10_000)));
         // Among equal fits, the most recently freed first.
-        assert_eq!(cache.take(512), Some((512, 0x10_000 + CACHED_BLOCKS as u64 - 1)));
+        assert_eq!(cache.take(512), Some((512, 0x20_000)));
+        // Blocks of sizes no longer asked for leave the cache as new sizes come.
+        let mut cache = BlockCache::default();
+        for i in 0..CACHED_BLOCKS as u64 {
+            assert_eq!(cache.keep(4, 0x30_000 + i), None);
+        }
+        for (i, capacity) in [3_000_000, 128, 256].into_iter().enumerate() {
+            assert_eq!(cache.keep(capacity, 0x40_000 + i as u64), Some((4, 0x30_000 + i as u64)));
+        }
+        assert_eq!(cache.take(3_000_000), Some((3_000_000, 0x40_000)));
+        assert_eq!(cache.take(128), Some((128, 0x40_001)));
+        assert_eq!(cache.take(256), Some((256, 0x40_002)));
         // A smaller request takes the smallest block that fits, leaving the larger one for
         // its own size: values of 128 bytes and indices of 256, freed in either order.
         let mut cache = BlockCache::default();
