@@ -69,7 +69,8 @@ impl SamplePlan {
     pub(crate) fn new(n: u64, multiprocessors: u32, policy: SampleSelectPolicy, mut flags: u32) -> Self {
         let blocks = n
             .div_ceil(TILE)
-            .min((multiprocessors * policy.blocks_per_sm) as u64)
+            // In 64 bits: the policy's blocks per multiprocessor is the caller's to choose.
+            .min(multiprocessors as u64 * policy.blocks_per_sm as u64)
             .clamp(1, MAX_SAMPLE_BLOCKS as u64);
         if policy.warp_aggregated {
             flags |= flags::WARP_AGGREGATED;
@@ -464,6 +465,13 @@ fn decode<K: Key>(value: u64, order: Order) -> K {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn any_blocks_per_multiprocessor_gives_a_plan() {
+        let policy = SampleSelectPolicy { blocks_per_sm: u32::MAX, ..SampleSelectPolicy::quick_select() };
+        let plan = SamplePlan::new(1 << 28, 132, policy, 0);
+        assert_eq!(plan.blocks, MAX_SAMPLE_BLOCKS);
+    }
 
     #[test]
     fn plans_fit_the_kernels_limits() {
