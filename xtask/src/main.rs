@@ -105,7 +105,64 @@ fn test(root: &Path) -> Result<(), String> {
 
 /// `cargo publish --dry-run` of both crates: packaged, unpacked and built as crates.io would.
 fn package(root: &Path) -> Result<(), String> {
-    run(cargo().current_dir(root).args(["publish", "--dry-run", "--workspace", "--allow-dirty"]))
+    forget_unpacked_packages()?;
+    // Its own target folder, with the two packages' artifacts removed first: cargo takes a
+    // registry crate's sources as immutable, so a build of an earlier dry run's
+    // `gpu-select-kernels 0.1.0` would otherwise be reused whatever the new package holds.
+    let target = root.join("target").join("publish-dry-run");
+    let target = target.to_str().ok_or("the target folder is not UTF-8")?;
+    run(cargo().current_dir(root).args([
+        "clean",
+        "--target-dir",
+        target,
+        "-p",
+        "gpu-select-kernels",
+        "-p",
+        "gpu-select",
+    ]))?;
+    run(cargo().current_dir(root).args([
+        "publish",
+        "--dry-run",
+        "--workspace",
+        "--allow-dirty",
+        "--target-dir",
+        target,
+    ]))
+}
+
+/// Removes this workspace's own packages from cargo's registry caches. The dry run verifies
+/// `gpu-select` against the `gpu-select-kernels` it just packaged, through a local registry
+/// whose crates cargo unpacks into its shared registry folder under their name and version;
+/// an earlier dry run's copy of the same version there is used as it is, stale (a kernel
+/// module added since is then missing, as a rehearsal of `.ci/run` found).
+fn forget_unpacked_packages() -> Result<(), String> {
+    let cargo_home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cargo")))
+        .ok_or("neither CARGO_HOME nor HOME is set")?;
+    for cache in ["src", "cache"] {
+        let Ok(registries) = std::fs::read_dir(cargo_home.join("registry").join(cache)) else { continue };
+        for registry in registries.flatten() {
+            let Ok(entries) = std::fs::read_dir(registry.path()) else { continue };
+            for entry in entries.flatten() {
+                let name = entry.file_name().to_string_lossy().to_string();
+                let ours = ["gpu-select-", "gpu-select-kernels-"].iter().any(|package| {
+                    name.strip_prefix(package)
+                        .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()))
+                });
+                if ours {
+                    let path = entry.path();
+                    let removed = if path.is_dir() {
+                        std::fs::remove_dir_all(&path)
+                    } else {
+                        std::fs::remove_file(&path)
+                    };
+                    removed.map_err(|e| format!("cannot remove {}: {e}", path.display()))?;
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The programs of `examples/`, each run by `test` (on the emulator without a GPU).
