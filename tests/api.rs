@@ -548,3 +548,31 @@ fn the_read_pass_checks_its_scratch_and_tuning_takes_any_value() {
     let top = tuned.top_k(&device, 10, &bitonic).unwrap();
     assert_eq!(got(&tuned, &top), expected(&keys, 10, Order::Largest, None));
 }
+
+#[test]
+fn sizes_no_device_holds_and_partial_warps_are_refused() {
+    // Planning a selection or a top-k of more keys than any device holds is an error, not an
+    // overflow in the workspace arithmetic (issue 36, item 4).
+    let gpu = common::gpu();
+    for n in [usize::MAX, usize::MAX / 8, (1 << 56) + 1] {
+        let error = gpu.plan_select::<f64>(n, &SelectOptions::default()).unwrap_err();
+        assert!(matches!(error, Error::InvalidArgument { .. }), "n = {n}: {error}");
+    }
+    // A view claiming 2^60 keys (never read: planning reads no keys).
+    let buffer = gpu.upload(&[1.0f64; 4]).unwrap();
+    let huge = unsafe { DeviceSlice::<f64>::from_raw_parts(&gpu, buffer.device_address(), 1 << 60) };
+    if let Ok(huge) = huge {
+        // (On a GPU the driver's record of the allocation refuses nothing here: it checks the
+        // start address only.)
+        let error = gpu.plan_top_k(&Keys::new(&huge), 10, &TopKOptions::largest()).unwrap_err();
+        assert!(matches!(error, Error::InvalidArgument { .. }), "{error}");
+        let error =
+            gpu.plan_top_k(&Keys::rows(&huge, 1 << 30, 1 << 30), 10, &TopKOptions::largest()).unwrap_err();
+        assert!(matches!(error, Error::InvalidArgument { .. }), "{error}");
+    }
+    // Probes take whole warps (issue 36, item 2).
+    use gpu_select::diagnostics::{Probe, run_probe};
+    let error = run_probe(&gpu, Probe::WarpCollectives, (1, 1), 48, &[0; 48]).unwrap_err();
+    assert!(matches!(error, Error::InvalidArgument { .. }), "{error}");
+    assert!(run_probe(&gpu, Probe::Indices, (1, 1), 0, &[]).is_err());
+}

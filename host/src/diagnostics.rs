@@ -40,8 +40,8 @@ impl ProbeOutput {
     }
 }
 
-/// Runs `probe` on a grid of `grid` blocks of `block_threads` threads, one `input` value
-/// per thread.
+/// Runs `probe` on a grid of `grid` blocks of `block_threads` threads (a multiple of 32),
+/// one `input` value per thread.
 pub fn run_probe(
     gpu: &Gpu,
     probe: Probe,
@@ -49,6 +49,13 @@ pub fn run_probe(
     block_threads: u32,
     input: &[u64],
 ) -> Result<ProbeOutput> {
+    if block_threads == 0 || !block_threads.is_multiple_of(32) {
+        // The warp probe shuffles and votes over full warps; a partial warp would read lanes
+        // that do not exist.
+        return Err(Error::invalid(format!(
+            "{block_threads} threads per block: probes take whole warps (a multiple of 32)"
+        )));
+    }
     let threads = grid.0 as usize * grid.1 as usize * block_threads as usize;
     if input.len() != threads {
         return Err(Error::LengthMismatch {

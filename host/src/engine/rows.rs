@@ -136,10 +136,11 @@ impl RowsSpec {
                 "a row stride of {stride} keys is shorter than a row ({cols} keys)"
             )));
         }
-        (rows - 1)
+        let len = (rows - 1)
             .checked_mul(stride)
             .and_then(|start| start.checked_add(cols))
             .ok_or_else(|| Error::invalid(format!("{rows} rows of stride {stride} overflow usize")))?;
+        crate::workspace::check_key_count(len)?;
         rows.checked_mul(k).ok_or_else(|| Error::invalid(format!("{rows} rows × k = {k} overflow usize")))?;
         check_row_len(cols as u64)?;
         Ok(RowsSpec {
@@ -176,6 +177,7 @@ impl RowsSpec {
             )));
         }
         let rows = offsets.len() - 1;
+        crate::workspace::check_key_count(last as usize)?;
         rows.checked_mul(k).ok_or_else(|| Error::invalid(format!("{rows} rows × k = {k} overflow usize")))?;
         Ok(RowsSpec {
             count: rows as u64,

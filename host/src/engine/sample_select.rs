@@ -215,6 +215,7 @@ impl Gpu {
     /// The plan of a selection of `n` keys with `options` (exact, or one level for
     /// [`SelectAlgorithm::Approximate`]).
     pub(crate) fn plan_selection(&self, n: usize, options: &SelectOptions) -> Result<SamplePlan> {
+        crate::workspace::check_key_count(n)?;
         match options.algorithm {
             SelectAlgorithm::Approximate { buckets } => self.plan_approx(n, buckets, options),
             _ => self.plan_exact_select(n, options, 0),

@@ -148,6 +148,7 @@ impl Gpu {
         if n == 0 {
             return Err(Error::EmptyInput);
         }
+        crate::workspace::check_key_count(n)?;
         if k == 0 {
             return Err(Error::k_out_of_range(0, 1, n, "ask for at least one key"));
         }
