@@ -131,7 +131,6 @@ impl Gpu {
             return Err(Error::invalid("the plan was made on another device than the handle called"));
         }
         keys.buffer().check_gpu(self, "the keys")?;
-        workspace.buffer().check_gpu(self, "the workspace")?;
         if keys.len() != plan.n {
             return Err(Error::LengthMismatch {
                 what: "keys (as planned)",
@@ -139,7 +138,7 @@ impl Gpu {
                 actual: keys.len(),
             });
         }
-        Error::check_workspace_size(plan.workspace_bytes, workspace.len())?;
+        self.check_workspace(workspace.buffer(), plan.workspace_bytes)?;
         let base = workspace.buffer_mut().global_ptr().address();
         if plan.loads_vectors() && !keys.device_address().is_multiple_of(16) {
             // Keys at an odd offset (a view): the same selection without the passes that
