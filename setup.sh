@@ -11,7 +11,10 @@
 #     libcuda when it builds; `cargo xtask test` builds every feature): where no driver is
 #     installed, Debian's libcuda1 from the non-free component, which on a machine without a
 #     GPU answers "no CUDA-capable device". The library itself links nothing: it loads the
-#     driver at run time and runs on its emulator where there is none.
+#     driver at run time and runs on its emulator where there is none;
+#  5. Open MPI and libclang (Debian's openmpi-bin, libopenmpi-dev, libclang-dev): the `mpi`
+#     feature's crate binds MPI with bindgen, and `cargo xtask test` starts real MPI
+#     processes with mpirun (distributed quantiles).
 # Each step is skipped when its tool is already there, so running it again costs seconds.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -50,5 +53,12 @@ if ! ldconfig -p | grep -q 'libcuda\.so ' && [ ! -e /usr/local/cuda/lib64/stubs/
   fi
   as_root apt-get update -qq
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends libcuda1 >/dev/null
+fi
+# 5. Open MPI, and libclang for the mpi crate's bindings.
+if ! command -v mpirun >/dev/null || ! command -v mpicc >/dev/null || ! ldconfig -p | grep -q 'libclang'; then
+  echo "setup: installing Open MPI and libclang (Debian's openmpi-bin, libopenmpi-dev, libclang-dev)"
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    openmpi-bin libopenmpi-dev libclang-dev >/dev/null
 fi
 echo "setup: ready ($(rustup show active-toolchain | cut -d' ' -f1), $(rustup run stable rustc --version))"

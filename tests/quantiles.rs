@@ -307,3 +307,33 @@ fn bucket_multiselect_ends_every_way() {
         }
     }
 }
+
+/// A label whose keys span one bit pattern only within the data's extremes (keys of one
+/// value and one key just above it, which the sample misses): its rank is that key, found
+/// from the extremes, not read from keys the last filter did not keep.
+#[test]
+fn a_lone_key_beside_a_repeated_value() {
+    let gpu = gpu();
+    let n = 100_001;
+    for lone_at in [0, n / 3, n - 1] {
+        let mut keys = vec![5u32; n];
+        keys[lone_at] = 6;
+        let ranks = [n - 1, 0, n / 2, n - 2];
+        check_multiselect(
+            &gpu,
+            &keys,
+            &ranks,
+            MultiselectAlgorithm::BucketMultiselect,
+            &format!("6 at {lone_at}"),
+        );
+        let mut below = vec![5u32; n];
+        below[lone_at] = 4;
+        check_multiselect(
+            &gpu,
+            &below,
+            &ranks,
+            MultiselectAlgorithm::BucketMultiselect,
+            &format!("4 at {lone_at}"),
+        );
+    }
+}

@@ -82,6 +82,16 @@ pub enum Error {
         /// What happened.
         message: String,
     },
+    /// A distributed call ([`crate::distributed`]) failed on one of its processes, and every
+    /// process returns this same error; or this process heard nothing from the others
+    /// within its communicator's timeout.
+    Distributed {
+        /// The rank of the process that failed first, when one did (`None`: a timeout, or
+        /// the transport failed).
+        failed_rank: Option<usize>,
+        /// What happened: the failed process's own error, in words.
+        message: String,
+    },
     /// The emulator found something a GPU would do wrong (a library bug: please report it).
     Emulator {
         /// What the emulator saw.
@@ -194,6 +204,12 @@ impl fmt::Display for Error {
                 write!(f, "the workspace holds {given} bytes; the call needs {needed} (ask its size query)")
             }
             Error::Internal { message } => write!(f, "internal error (please report it): {message}"),
+            Error::Distributed { failed_rank: Some(rank), message } => {
+                write!(f, "the distributed call failed on rank {rank}: {message}")
+            }
+            Error::Distributed { failed_rank: None, message } => {
+                write!(f, "the distributed call failed: {message}")
+            }
         }
     }
 }

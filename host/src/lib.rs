@@ -40,6 +40,7 @@ mod api;
 mod bandwidth;
 mod buffer;
 pub mod diagnostics;
+pub mod distributed;
 mod engine;
 mod error;
 mod gpu;

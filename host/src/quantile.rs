@@ -197,6 +197,53 @@ impl QuantileMethod {
     }
 }
 
+/// Checks that every quantile is in `[0, 1]` (NaN is not).
+pub(crate) fn check_quantiles(qs: &[f64]) -> crate::Result<()> {
+    match qs.iter().find(|q| !(0.0..=1.0).contains(*q)) {
+        Some(q) => Err(crate::Error::invalid(format!("quantile {q} is outside [0, 1]"))),
+        None => Ok(()),
+    }
+}
+
+/// The points of quantiles `qs` of `n` keys of which `nan_count` are NaN, and the ranks
+/// (two per point) a multiselect must find; no points when every quantile is NaN (a NaN
+/// propagates, or no key is left).
+pub(crate) fn quantile_ranks(
+    n: u64,
+    nan_count: u64,
+    qs: &[f64],
+    options: &crate::QuantileOptions,
+) -> (Option<Vec<QuantilePoint>>, Vec<u64>) {
+    let counted = match options.nan {
+        crate::NanPolicy::Propagate if nan_count > 0 => 0,
+        crate::NanPolicy::Propagate => n,
+        crate::NanPolicy::Omit => n - nan_count,
+    };
+    if counted == 0 {
+        return (None, Vec::new());
+    }
+    let points: Vec<QuantilePoint> = qs.iter().map(|&q| options.method.point(counted, q)).collect();
+    let ranks = points.iter().flat_map(|p| [p.below, p.above]).collect();
+    (Some(points), ranks)
+}
+
+/// The quantiles from their points and the keys of their ranks (as [`quantile_ranks`]
+/// named them); `count` NaNs without points.
+pub(crate) fn quantile_values<K: gpu_select_kernels::Key>(
+    points: Option<&[QuantilePoint]>,
+    keys: &[K],
+    count: usize,
+) -> Vec<f64> {
+    match points {
+        None => vec![f64::NAN; count],
+        Some(points) => points
+            .iter()
+            .zip(keys.chunks_exact(2))
+            .map(|(point, pair)| point.value(pair[0].to_f64(), pair[1].to_f64()))
+            .collect(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -99,6 +99,7 @@ fn test(root: &Path) -> Result<(), String> {
     for example in EXAMPLES {
         run(cargo().current_dir(root).args(["run", "--quiet", "--example", example]))?;
     }
+    mpi_processes(root)?;
     downstream(root)?;
     package(root)
 }
@@ -167,6 +168,52 @@ fn forget_unpacked_packages() -> Result<(), String> {
 
 /// The programs of `examples/`, each run by `test` (on the emulator without a GPU).
 const EXAMPLES: [&str; 5] = ["top_k", "rows", "select", "quantiles", "caller_memory"];
+
+/// Distributed quantiles over real MPI processes (examples/dibms.rs, three processes on the
+/// emulator): the answers of every algorithm, then the faults: a process with a bad
+/// argument (every process returns the same error), one that stops answering (the others
+/// time out and end the job) and one that exits (mpirun ends the job); none may hang.
+fn mpi_processes(root: &Path) -> Result<(), String> {
+    run(cargo().current_dir(root).args(["build", "--quiet", "--features", "mpi", "--example", "dibms"]))?;
+    let binary = root.join("target/debug/examples/dibms");
+    // (mode, exit status wanted, what its output must hold)
+    let cases = [
+        ("check", Some(0), "SortAndChoose: "),
+        ("fault-input", Some(0), "rank 1 failed: invalid argument: quantile 1.5"),
+        ("fault-silent", None, "heard nothing from the other ranks"),
+        ("fault-exit", None, "exited"),
+    ];
+    for (mode, wanted_status, wanted_words) in cases {
+        let started = std::time::Instant::now();
+        let output = Command::new("timeout")
+            .args(["600", "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "3"])
+            .arg(&binary)
+            .arg(mode)
+            .env("GPU_SELECT_BACKEND", "emulator")
+            .output()
+            .map_err(|e| format!("cannot start mpirun (./setup.sh installs Open MPI): {e}"))?;
+        let text =
+            format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+        let status = output.status.code();
+        eprintln!(
+            "xtask: mpirun -np 3 dibms {mode}: status {status:?} in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+        let status_ok = match wanted_status {
+            Some(code) => status == Some(code),
+            None => status.is_some_and(|code| code != 0 && code != 124), // failed, not timed out
+        };
+        if !status_ok || !text.contains(wanted_words) {
+            return Err(format!(
+                "mpirun -np 3 dibms {mode}: status {status:?}, wanted {wanted_status:?} and \"{wanted_words}\":\n{text}"
+            ));
+        }
+        if mode == "check" {
+            eprint!("{}", String::from_utf8_lossy(&output.stdout));
+        }
+    }
+    Ok(())
+}
 
 /// Builds and runs, on stable Rust, a new crate outside the workspace that depends on
 /// gpu-select exactly as README.md's "Use it in your crate" says: that section's
@@ -252,9 +299,10 @@ fn bundle(root: &Path) -> Result<(), String> {
     std::fs::create_dir_all(bundle.join("bin")).map_err(|e| e.to_string())?;
     let mut names = Vec::new();
     let builds: [(&str, &[&str]); 3] = [
-        ("test", &["test", "--workspace", "--all-features", "--no-run"]),
+        // Not the `mpi` feature: the GPU machine has no MPI library to load.
+        ("test", &["test", "--workspace", "--features", "cudarc,cust", "--no-run"]),
         ("bench", &["bench", "--workspace", "--no-run"]),
-        ("example", &["build", "--release", "--examples", "--all-features"]),
+        ("example", &["build", "--release", "--examples", "--features", "cudarc,cust"]),
     ];
     for (kind, args) in builds {
         for executable in built_executables(root, args)? {

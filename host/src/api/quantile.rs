@@ -4,8 +4,8 @@
 use crate::SelectKey;
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
-use crate::options::{MultiselectAlgorithm, NanPolicy, QuantileOptions};
-use crate::quantile::QuantilePoint;
+use crate::options::{MultiselectAlgorithm, QuantileOptions};
+use crate::quantile::{check_quantiles, quantile_ranks, quantile_values};
 use crate::results::Selection;
 use crate::view::DeviceSlice;
 
@@ -38,7 +38,7 @@ impl Gpu {
         let keys = keys.into();
         keys.buffer().check_gpu(self, "the keys")?;
         let wanted: Vec<u64> = ranks.iter().map(|&r| r as u64).collect();
-        let outcome = self.run_multiselect(keys.buffer(), algorithm, |_| Ok(wanted))?;
+        let outcome = self.run_multiselect(keys.buffer(), algorithm, |_, _| Ok(wanted))?;
         Ok(outcome
             .ranks
             .iter()
@@ -59,13 +59,13 @@ impl Gpu {
 
     /// Quantiles `qs` (each in `[0, 1]`) of `keys` by one of numpy's thirteen methods, as
     /// `numpy.quantile(keys, qs, method=…)` gives them (or `numpy.nanquantile` with
-    /// [`NanPolicy::Omit`]), in `f64`: the keys are found by multiselect and
+    /// [`NanPolicy::Omit`](crate::NanPolicy::Omit)), in `f64`: the keys are found by multiselect and
     /// interpolated in `f64` (numpy interpolates `f32` input in `f32`, so its result may
     /// differ there by an `f32` rounding; integer keys above 2^53 round to `f64`). The
     /// formulas: [`QuantileMethod`](crate::QuantileMethod).
     ///
-    /// NaN: with [`NanPolicy::Propagate`] any NaN key makes every quantile NaN; with
-    /// [`NanPolicy::Omit`] they are left out, and every quantile is NaN when all keys are.
+    /// NaN: with [`NanPolicy::Propagate`](crate::NanPolicy::Propagate) any NaN key makes every quantile NaN; with
+    /// [`NanPolicy::Omit`](crate::NanPolicy::Omit) they are left out, and every quantile is NaN when all keys are.
     ///
     /// Errors: [`Error::EmptyInput`]; [`Error::InvalidArgument`] for a `q` outside `[0, 1]`
     /// or NaN. Waits for the result.
@@ -90,30 +90,13 @@ impl Gpu {
         let keys = keys.into();
         keys.buffer().check_gpu(self, "the keys")?;
         check_quantiles(qs)?;
-        let n = keys.len() as u64;
-        let mut points: Option<Vec<QuantilePoint>> = None;
-        let outcome = self.run_multiselect(keys.buffer(), options.algorithm, |nan_count| {
-            let counted = match options.nan {
-                NanPolicy::Propagate if nan_count > 0 => 0,
-                NanPolicy::Propagate => n,
-                NanPolicy::Omit => n - nan_count,
-            };
-            if counted == 0 {
-                return Ok(Vec::new());
-            }
-            let found: Vec<QuantilePoint> = qs.iter().map(|&q| options.method.point(counted, q)).collect();
-            let ranks = found.iter().flat_map(|p| [p.below, p.above]).collect();
-            points = Some(found);
+        let mut points = None;
+        let outcome = self.run_multiselect(keys.buffer(), options.algorithm, |n, nan_count| {
+            let (found, ranks) = quantile_ranks(n, nan_count, qs, options);
+            points = found;
             Ok(ranks)
         })?;
-        let Some(points) = points else {
-            return Ok(vec![f64::NAN; qs.len()]);
-        };
-        Ok(points
-            .iter()
-            .zip(outcome.values.chunks_exact(2))
-            .map(|(point, pair)| point.value(pair[0].to_f64(), pair[1].to_f64()))
-            .collect())
+        Ok(quantile_values(points.as_deref(), &outcome.values, qs.len()))
     }
 
     /// [`Gpu::quantiles`] of a host slice: uploads it first.
@@ -162,13 +145,5 @@ impl Gpu {
             out.extend(self.quantiles(keys.slice(row * columns..(row + 1) * columns), qs, options)?);
         }
         Ok(out)
-    }
-}
-
-/// Checks that every quantile is in `[0, 1]` (NaN is not).
-fn check_quantiles(qs: &[f64]) -> Result<()> {
-    match qs.iter().find(|q| !(0.0..=1.0).contains(*q)) {
-        Some(q) => Err(Error::invalid(format!("quantile {q} is outside [0, 1]"))),
-        None => Ok(()),
     }
 }

@@ -58,6 +58,9 @@ const BLOCKS_PER_SM: u32 = 3;
 /// range of bits, so a run needs about 64 / 13 of them; more means labels that split
 /// poorly (keys in a few bit patterns of a wide range).
 const MAX_FILTERS: u32 = 8;
+/// Filters at most in a run over shards: filters there read only the kept keys, and each
+/// split at least halves a label's range of bits, so 64 always end it.
+const MAX_SHARED_FILTERS: u32 = 64;
 /// The fixed seed of the sample positions: the same passes every run.
 const SAMPLE_SEED: u64 = 0x2c1b_3c6d_7a4e_95f1;
 
@@ -100,12 +103,6 @@ struct LabelSpace {
 impl LabelSpace {
     fn labels(&self) -> usize {
         self.ranges.len()
-    }
-
-    /// The one value a label holds, when its range is one bit pattern.
-    fn single(&self, label: u32) -> Option<u64> {
-        let (low, high) = self.ranges[label as usize];
-        (low == high).then_some(low)
     }
 }
 
@@ -204,14 +201,14 @@ fn place_ranks(totals: &[u64], ranks: &[u64]) -> Vec<Progress> {
 }
 
 impl Gpu {
-    /// The keys of ranks `ranks_of(nan_count)` (from 0, smallest first, in the total order
+    /// The keys of ranks `ranks_of(n, nan_count)` (from 0, smallest first, in the total order
     /// of [`Key`]) of `keys`; `ranks_of` sees how many keys are NaN before it names ranks
     /// (quantiles that leave NaN out count without them). Waits for the result.
     pub(crate) fn run_multiselect<K: SelectKey>(
         &self,
         keys: &DeviceBuffer<K>,
         algorithm: MultiselectAlgorithm,
-        ranks_of: impl FnOnce(u64) -> Result<Vec<u64>>,
+        ranks_of: impl FnOnce(u64, u64) -> Result<Vec<u64>>,
     ) -> Result<MultiOutcome<K>> {
         let n = keys.len();
         if n == 0 {
@@ -225,14 +222,73 @@ impl Gpu {
         if sort_whole {
             return self.multiselect_by_sort(keys, ranks_of);
         }
-        BucketRun::new(self, keys)?.run(ranks_of)
+        BucketRun::new(self, keys)?.run(&Alone, ranks_of)
+    }
+
+    /// Bucket multiselect over this GPU's shard of keys spread over several shards, each
+    /// with its own run that shares what `exchange` carries (DIBMS): the same ranks of all
+    /// the shards' keys on every shard. Waits for the result.
+    pub(crate) fn run_shared_multiselect<K: SelectKey>(
+        &self,
+        shard: &DeviceBuffer<K>,
+        exchange: &dyn Exchange,
+        ranks_of: impl FnOnce(u64, u64) -> Result<Vec<u64>>,
+    ) -> Result<MultiOutcome<K>> {
+        let run = BucketRun::new(self, shard);
+        // A shard that cannot start its run says so in the run's first exchange.
+        let failed = match run {
+            Ok(run) => return run.run(exchange, ranks_of),
+            Err(error) => error,
+        };
+        exchange.sum(1, Err(failed))?;
+        unreachable!("an exchange of an error returns it")
+    }
+
+    /// Sort & choose over shards: every shard's keys gathered at one shard, which sorts
+    /// them (on its GPU) and answers the ranks (the distributed baseline). Waits for the
+    /// result.
+    pub(crate) fn run_shared_sort_and_choose<K: SelectKey>(
+        &self,
+        shard: &DeviceBuffer<K>,
+        exchange: &dyn Exchange,
+        ranks_of: impl FnOnce(u64, u64) -> Result<Vec<u64>>,
+    ) -> Result<MultiOutcome<K>> {
+        let local = self.download(shard).map(|keys| keys.iter().map(|k| k.to_ordered().to_u64()).collect());
+        let n = exchange.sum(1, Ok(vec![shard.len() as u64]))?[0];
+        if n == 0 {
+            return Err(Error::EmptyInput);
+        }
+        let mut ranks_of = Some(ranks_of);
+        let mut answered_ranks = None;
+        let answer = exchange.answer(local, size_of::<K>(), &mut |all: Vec<u64>| {
+            let keys: Vec<K> = all.into_iter().map(key_of::<K>).collect();
+            let ranks_of = ranks_of.take().expect("answered once");
+            let mut nan_count = 0;
+            let outcome = self.multiselect_by_sort(&self.upload(&keys)?, |n, nans| {
+                nan_count = nans;
+                ranks_of(n, nans)
+            })?;
+            answered_ranks = Some(outcome.ranks);
+            // The NaN count travels with the keys: every shard names its ranks from it.
+            Ok([nan_count]
+                .into_iter()
+                .chain(outcome.values.iter().map(|k| k.to_ordered().to_u64()))
+                .collect())
+        })?;
+        let ranks = match (answered_ranks, ranks_of.take()) {
+            (Some(ranks), _) => ranks,
+            (None, Some(ranks_of)) => checked_ranks(ranks_of(n, answer[0])?, n)?,
+            (None, None) => unreachable!("ranks are named by the shard that answered or here"),
+        };
+        let values = answer[1..].iter().map(|&bits| key_of::<K>(bits)).collect();
+        Ok(MultiOutcome { ranks, values, data_passes: 0 })
     }
 
     /// Sort & choose: every key sorted, each rank read at its place.
     fn multiselect_by_sort<K: SelectKey>(
         &self,
         keys: &DeviceBuffer<K>,
-        ranks_of: impl FnOnce(u64) -> Result<Vec<u64>>,
+        ranks_of: impl FnOnce(u64, u64) -> Result<Vec<u64>>,
     ) -> Result<MultiOutcome<K>> {
         let sorted = self.sorted_keys(keys)?;
         let n = keys.len() as u64;
@@ -261,7 +317,7 @@ impl Gpu {
                 n - low
             }
         };
-        let ranks = checked_ranks(ranks_of(nan_count)?, n)?;
+        let ranks = checked_ranks(ranks_of(n, nan_count)?, n)?;
         let values = self.gather_keys(&sorted, Some(&ranks), ranks.len())?;
         Ok(MultiOutcome { ranks, values, data_passes: 0 })
     }
@@ -333,6 +389,68 @@ enum Finish {
     /// Keep the active labels' keys and sort them ([`MAX_FILTERS`] filters done, or too
     /// many active labels to subdivide).
     Sort,
+    /// A run over shards: every active label holds at most [`Exchange::gather_max`] keys
+    /// (or the run cannot go on, as for `Sort`): every shard's kept keys are gathered at
+    /// one shard, which sorts them and answers the ranks.
+    Gather,
+}
+
+/// What a bucket multiselect run shares with the runs over the other shards of the same
+/// keys (DIBMS, [`crate::distributed`]); a run over one GPU's keys shares nothing
+/// ([`Alone`]). Each call takes this shard's part or its error, so that a shard that fails
+/// makes every shard's run fail alike instead of leaving the others waiting.
+pub(crate) trait Exchange {
+    /// `None` for a run alone; for shards, when their kept keys are gathered to answer.
+    fn gathering(&self) -> Option<Gathering>;
+    /// Element-wise sums over the shards of `local` (`len` words on every shard).
+    fn sum(&self, len: usize, local: Result<Vec<u64>>) -> Result<Vec<u64>>;
+    /// Element-wise maxima over the shards of `local` (`len` words).
+    fn max(&self, len: usize, local: Result<Vec<u64>>) -> Result<Vec<u64>>;
+    /// Every shard's `local`, in shard order (keys: sent at `width` bytes each).
+    fn concat(&self, local: Result<Vec<u64>>, width: usize) -> Result<Vec<u64>>;
+    /// Every shard's keys (ordered bits, sent at `width` bytes each) gathered at one shard,
+    /// which computes `answer` from all of them; every shard gets that answer.
+    fn answer(
+        &self,
+        local: Result<Vec<u64>>,
+        width: usize,
+        answer: &mut dyn FnMut(Vec<u64>) -> Result<Vec<u64>>,
+    ) -> Result<Vec<u64>>;
+}
+
+/// When a run over shards gathers the kept keys at one shard to answer: once every active
+/// label holds at most `label_max` keys, or once the kept keys take fewer bytes than the
+/// label totals of one more filter (each shard's words).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Gathering {
+    pub(crate) label_max: u64,
+    pub(crate) shards: u64,
+}
+
+/// A run over all the keys, on one GPU: nothing to share.
+pub(crate) struct Alone;
+
+impl Exchange for Alone {
+    fn gathering(&self) -> Option<Gathering> {
+        None
+    }
+    fn sum(&self, _len: usize, local: Result<Vec<u64>>) -> Result<Vec<u64>> {
+        local
+    }
+    fn max(&self, _len: usize, local: Result<Vec<u64>>) -> Result<Vec<u64>> {
+        local
+    }
+    fn concat(&self, local: Result<Vec<u64>>, _width: usize) -> Result<Vec<u64>> {
+        local
+    }
+    fn answer(
+        &self,
+        local: Result<Vec<u64>>,
+        _width: usize,
+        answer: &mut dyn FnMut(Vec<u64>) -> Result<Vec<u64>>,
+    ) -> Result<Vec<u64>> {
+        answer(local?)
+    }
 }
 
 /// One bucket multiselect run: its buffers and launch parameters.
@@ -414,29 +532,71 @@ impl<'a, K: SelectKey> BucketRun<'a, K> {
         Ok(totals)
     }
 
-    fn run(mut self, ranks_of: impl FnOnce(u64) -> Result<Vec<u64>>) -> Result<MultiOutcome<K>> {
+    /// The count pass with the first pass's table: its device copy, and the totals of its
+    /// `labels` labels followed by the extremes (`!smallest`, `largest` ordered bits).
+    fn count_pass(
+        &self,
+        first: FirstPass,
+        table: &[u32],
+        labels: u32,
+    ) -> Result<(DeviceBuffer<u32>, Vec<u64>)> {
         let gpu = self.gpu;
-        let n = self.keys.len() as u64;
-        // 1. The sample and the first intervals.
-        let mut sample: Vec<u64> =
-            gpu.gather_keys(self.keys, None, SAMPLE_SIZE)?.iter().map(|k| k.to_ordered().to_u64()).collect();
-        sample.sort_unstable();
-        let (first_pass, table, first) = first_pass::<K>(&sample);
-        let table_on_device = gpu.upload(&table)?;
-        // 2. The count pass; its totals and the extremes come back in one copy.
-        let labels = first.labels() as u32;
+        let table_on_device = gpu.upload(table)?;
         gpu.clear_on_device(self.totals.global_ptr().offset(MAX_LABELS as u64).address(), 16)?;
-        let count =
-            MultiParams { table: table_on_device.global_ptr(), first: first_pass, labels, ..self.params() };
+        let count = MultiParams { table: table_on_device.global_ptr(), first, labels, ..self.params() };
         gpu.launch(K::MULTISELECT_COUNT, self.pass_shape(), count)?;
         self.queue_totals(labels)?;
+        // The totals and the extremes come back in one copy.
         let mut totals_and_extremes = vec![0u64; MAX_LABELS + 2];
         gpu.copy_from_address(self.totals.global_ptr().address(), &mut totals_and_extremes)?;
-        let (smallest, largest) = (!totals_and_extremes[MAX_LABELS], totals_and_extremes[MAX_LABELS + 1]);
-        let mut totals = totals_and_extremes;
-        totals.truncate(labels as usize);
+        let extremes = [totals_and_extremes[MAX_LABELS], totals_and_extremes[MAX_LABELS + 1]];
+        totals_and_extremes.truncate(labels as usize);
+        totals_and_extremes.extend(extremes);
+        Ok((table_on_device, totals_and_extremes))
+    }
+
+    /// The run over this shard's keys, sharing what `exchange` shares with the other
+    /// shards' runs (nothing when alone): every shard takes the same decisions from the
+    /// same shared totals.
+    fn run(
+        mut self,
+        exchange: &dyn Exchange,
+        ranks_of: impl FnOnce(u64, u64) -> Result<Vec<u64>>,
+    ) -> Result<MultiOutcome<K>> {
+        let gpu = self.gpu;
+        let local_n = self.keys.len() as u64;
+        let gathering = exchange.gathering();
+        let n = exchange.sum(1, Ok(vec![local_n]))?[0];
+        if n == 0 {
+            return Err(Error::EmptyInput);
+        }
+        // 1. The sample (shards sample in proportion to their keys) and the first intervals.
+        let sample_count = if gathering.is_some() {
+            (SAMPLE_SIZE as u64 * local_n).div_ceil(n) as usize
+        } else {
+            SAMPLE_SIZE
+        };
+        let local_sample = gpu
+            .gather_keys(self.keys, None, sample_count)
+            .map(|keys| keys.iter().map(|k| k.to_ordered().to_u64()).collect());
+        let mut sample = exchange.concat(local_sample, size_of::<K>())?;
+        sample.sort_unstable();
+        let (first_pass, table, first) = first_pass::<K>(&sample);
+        // 2. The count pass.
+        let labels = first.labels() as u32;
+        let (table_on_device, counted) = match self.count_pass(first_pass, &table, labels) {
+            Ok((table, counted)) => (Some(table), Ok(counted)),
+            Err(error) => (None, Err(error)),
+        };
+        let extremes =
+            exchange.max(2, counted.as_ref().map(|c| c[labels as usize..].to_vec()).map_err(Clone::clone))?;
+        let (smallest, largest) = (!extremes[0], extremes[1]);
+        let mut local_totals = counted?;
+        local_totals.truncate(labels as usize);
+        let table_on_device = table_on_device.expect("the count pass ran");
+        let mut totals = exchange.sum(labels as usize, Ok(local_totals.clone()))?;
         let nan_count = if nan_bits::<K>().is_some() { totals[first_pass.nan_label as usize] } else { 0 };
-        let ranks = checked_ranks(ranks_of(nan_count)?, n)?;
+        let ranks = checked_ranks(ranks_of(n, nan_count)?, n)?;
         let mut unique = ranks.clone();
         unique.sort_unstable();
         unique.dedup();
@@ -446,17 +606,19 @@ impl<'a, K: SelectKey> BucketRun<'a, K> {
         let mut data_passes = 1;
         // The last filter's output (None: the data).
         let mut candidates: Option<(DeviceBuffer<K>, DeviceBuffer<u32>)> = None;
-        let mut last_round = false;
         let mut filters = 0u32;
         let pick_max = gpu.tuning().multiselect_pick_max.clamp(1, PICK_MAX as u32) as u64;
         let label_budget = (gpu.tuning().multiselect_labels as usize).clamp(2, MAX_LABELS);
         loop {
-            // A label of one bit pattern holds one value: its ranks are answered.
+            // A label holds one value when its range is one bit pattern, or when its range
+            // within the data's extremes is: its ranks are answered.
             for p in progress.iter_mut() {
-                if let Progress::Pending { label, .. } = *p
-                    && let Some(bits) = space.single(label)
-                {
-                    *p = Progress::Found(bits);
+                if let Progress::Pending { label, .. } = *p {
+                    let (low, high) = space.ranges[label as usize];
+                    let (low, high) = (low.max(smallest), high.min(largest));
+                    if low == high {
+                        *p = Progress::Found(low);
+                    }
                 }
             }
             let mut active: Vec<u32> = progress
@@ -472,12 +634,19 @@ impl<'a, K: SelectKey> BucketRun<'a, K> {
             }
             let kept: u64 = active.iter().map(|&l| totals[l as usize]).sum();
             let largest_label = active.iter().map(|&l| totals[l as usize]).max().unwrap_or(0);
-            let finish = if largest_label <= pick_max {
-                Finish::Pick
-            } else if last_round || 2 * active.len() > label_budget {
-                Finish::Sort
-            } else {
-                Finish::No
+            let too_many = 2 * active.len() > label_budget;
+            let finish = match gathering {
+                None if largest_label <= pick_max => Finish::Pick,
+                None if too_many || filters + 1 >= MAX_FILTERS => Finish::Sort,
+                Some(Gathering { label_max, shards })
+                    if largest_label <= label_max
+                        || kept * size_of::<K>() as u64 <= shards * label_budget as u64 * 8
+                        || too_many
+                        || filters + 1 >= MAX_SHARED_FILTERS =>
+                {
+                    Finish::Gather
+                }
+                _ => Finish::No,
             };
             // Each active label's split (one child each to finish), over its exact range
             // within the data's extremes.
@@ -498,7 +667,7 @@ impl<'a, K: SelectKey> BucketRun<'a, K> {
             let parent_labels = space.labels() as u32;
             let mut bitmap = vec![0u32; (parent_labels as usize).div_ceil(32)];
             // The parents whose keys are written (children of one bit pattern are only
-            // counted).
+            // counted; none to finish, as such labels are answered above).
             let mut written = vec![0u32; (parent_labels as usize).div_ceil(32)];
             let mut slot_of = vec![u32::MAX; parent_labels as usize];
             for (slot, &label) in active.iter().enumerate() {
@@ -508,62 +677,80 @@ impl<'a, K: SelectKey> BucketRun<'a, K> {
                 }
                 slot_of[label as usize] = slot as u32;
             }
-            // Where the last filter puts each label's keys.
+            // Where each active label's keys start among all shards' kept keys, in label
+            // order; and how many this shard keeps.
             let mut label_starts = Vec::with_capacity(active.len());
-            let mut kept = 0u64;
+            let (mut kept, mut local_kept) = (0u64, 0u64);
             for (slot, &label) in active.iter().enumerate() {
                 label_starts.push(kept);
                 if slots[slot].shift > 0 {
                     kept += totals[label as usize];
+                    local_kept += local_totals[label as usize];
                 }
             }
-            let bitmap_on_device = gpu.upload(&bitmap)?;
-            let written_on_device = gpu.upload(&written)?;
-            let slot_of_on_device = gpu.upload(&slot_of)?;
-            let slots_on_device = gpu.upload(&slots)?;
-            let starts_on_device =
-                if finish == Finish::Pick { Some(gpu.upload(&label_starts)?) } else { None };
-            let keys_out = gpu.alloc_uninit::<K>(kept as usize)?;
-            let labels_out = gpu.alloc_uninit::<u32>(kept as usize)?;
-            let (keys_in, labels_in, len) = match &candidates {
-                Some((keys, labels)) => (keys.global_ptr(), labels.global_ptr(), keys.len() as u64),
-                None => (self.keys.global_ptr(), GlobalPtr::null(), n),
-            };
             if candidates.is_none() {
                 data_passes += 1;
             }
-            let filter = MultiParams {
-                keys: keys_in,
-                len,
-                labels_in,
-                counts_in: self.counts[0].global_ptr(),
-                table: table_on_device.global_ptr(),
-                first: first_pass,
-                active: bitmap_on_device.global_ptr(),
-                slot_of: slot_of_on_device.global_ptr(),
-                slots: slots_on_device.global_ptr(),
-                counts_out: self.counts[1].global_ptr(),
-                starts: starts_on_device.as_ref().map_or(GlobalPtr::null(), |s| s.global_ptr()),
-                keys_out: keys_out.global_ptr(),
-                labels_out: labels_out.global_ptr(),
-                labels: next_labels,
-                parent_labels,
-                ..self.params()
-            };
-            if finish != Finish::Pick {
-                // Each block's share of the kept keys, from the last pass's rows.
-                let shape = LaunchShape {
-                    grid: (self.blocks, 1),
-                    block_threads: MULTI_THREADS,
-                    shared_bytes: BlockCountsLayout::new().bytes,
+            let filtered = (|| -> Result<(DeviceBuffer<K>, DeviceBuffer<u32>)> {
+                let bitmap_on_device = gpu.upload(&bitmap)?;
+                let written_on_device = gpu.upload(&written)?;
+                let slot_of_on_device = gpu.upload(&slot_of)?;
+                let slots_on_device = gpu.upload(&slots)?;
+                let starts_on_device =
+                    if finish == Finish::Pick { Some(gpu.upload(&label_starts)?) } else { None };
+                let keys_out = gpu.alloc_uninit::<K>(local_kept as usize)?;
+                let labels_out = gpu.alloc_uninit::<u32>(local_kept as usize)?;
+                let (keys_in, labels_in, len) = match &candidates {
+                    Some((keys, labels)) => (keys.global_ptr(), labels.global_ptr(), keys.len() as u64),
+                    None => (self.keys.global_ptr(), GlobalPtr::null(), local_n),
                 };
-                let written = MultiParams { active: written_on_device.global_ptr(), ..filter };
-                gpu.launch(K::MULTISELECT_BLOCK_COUNTS, shape, written)?;
-            }
-            gpu.launch(K::MULTISELECT_FILTER, self.pass_shape(), filter)?;
+                let filter = MultiParams {
+                    keys: keys_in,
+                    len,
+                    labels_in,
+                    counts_in: self.counts[0].global_ptr(),
+                    table: table_on_device.global_ptr(),
+                    first: first_pass,
+                    active: bitmap_on_device.global_ptr(),
+                    slot_of: slot_of_on_device.global_ptr(),
+                    slots: slots_on_device.global_ptr(),
+                    counts_out: self.counts[1].global_ptr(),
+                    starts: starts_on_device.as_ref().map_or(GlobalPtr::null(), |s| s.global_ptr()),
+                    keys_out: keys_out.global_ptr(),
+                    labels_out: labels_out.global_ptr(),
+                    labels: next_labels,
+                    parent_labels,
+                    ..self.params()
+                };
+                if finish != Finish::Pick {
+                    // Each block's share of the kept keys, from the last pass's rows.
+                    let shape = LaunchShape {
+                        grid: (self.blocks, 1),
+                        block_threads: MULTI_THREADS,
+                        shared_bytes: BlockCountsLayout::new().bytes,
+                    };
+                    let written = MultiParams { active: written_on_device.global_ptr(), ..filter };
+                    gpu.launch(K::MULTISELECT_BLOCK_COUNTS, shape, written)?;
+                }
+                gpu.launch(K::MULTISELECT_FILTER, self.pass_shape(), filter)?;
+                Ok((keys_out, labels_out))
+            })();
             self.counts.swap(0, 1);
+            // The place among all kept keys of each pending rank, when they are sorted.
+            let sorted_places = || -> Vec<u64> {
+                progress
+                    .iter()
+                    .filter_map(|p| match *p {
+                        Progress::Pending { label, offset } => {
+                            Some(label_starts[slot_of[label as usize] as usize] + offset)
+                        }
+                        Progress::Found(_) => None,
+                    })
+                    .collect()
+            };
             match finish {
                 Finish::Pick => {
+                    let (keys_out, _) = filtered?;
                     let mut picks = Vec::new();
                     for p in progress.iter() {
                         if let Progress::Pending { label, offset } = *p {
@@ -573,31 +760,54 @@ impl<'a, K: SelectKey> BucketRun<'a, K> {
                         }
                     }
                     let found = gpu.pick_keys(&keys_out, &picks)?;
-                    fill_pending(&mut progress, found);
+                    fill_pending(&mut progress, found.iter().map(|k| k.to_ordered().to_u64()));
                     break;
                 }
                 Finish::Sort => {
                     // The kept keys sorted: active label `a`'s keys start after the earlier
                     // active labels' keys.
+                    let (keys_out, _) = filtered?;
                     let sorted = gpu.sorted_keys(&keys_out)?;
-                    let wanted: Vec<u64> = progress
-                        .iter()
-                        .filter_map(|p| match *p {
-                            Progress::Pending { label, offset } => {
-                                Some(label_starts[slot_of[label as usize] as usize] + offset)
-                            }
-                            Progress::Found(_) => None,
-                        })
-                        .collect();
+                    let wanted = sorted_places();
                     let found = gpu.gather_keys(&sorted, Some(&wanted), wanted.len())?;
-                    fill_pending(&mut progress, found);
+                    fill_pending(&mut progress, found.iter().map(|k| k.to_ordered().to_u64()));
+                    break;
+                }
+                Finish::Gather => {
+                    // Every shard's kept keys at one shard, sorted there, each rank read at
+                    // its place.
+                    let local = filtered
+                        .and_then(|(keys_out, _)| gpu.download(&keys_out))
+                        .map(|keys| keys.iter().map(|k| k.to_ordered().to_u64()).collect::<Vec<u64>>());
+                    let wanted = sorted_places();
+                    let found = exchange.answer(local, size_of::<K>(), &mut |mut all: Vec<u64>| {
+                        if all.len() as u64 != kept {
+                            return Err(Error::Internal {
+                                message: format!(
+                                    "the shards kept {} keys; their counts say {kept}",
+                                    all.len()
+                                ),
+                            });
+                        }
+                        all.sort_unstable();
+                        Ok(wanted.iter().map(|&at| all[at as usize]).collect())
+                    })?;
+                    fill_pending(&mut progress, found.into_iter());
                     break;
                 }
                 Finish::No => {}
             }
             // Each pending rank's place among its label's subdivision.
-            self.queue_totals(next_labels)?;
-            let next_totals = self.read_totals(next_labels)?;
+            let local_next = filtered.and_then(|kept| {
+                self.queue_totals(next_labels)?;
+                Ok((kept, self.read_totals(next_labels)?))
+            });
+            let (kept_keys, next_local_totals) = match local_next {
+                Ok((kept, next)) => (Some(kept), Ok(next)),
+                Err(error) => (None, Err(error)),
+            };
+            local_totals = next_local_totals.clone().unwrap_or_default();
+            let next_totals = exchange.sum(next_labels as usize, next_local_totals)?;
             for p in progress.iter_mut() {
                 if let Progress::Pending { label, offset } = *p {
                     let slot = slot_of[label as usize] as usize;
@@ -613,10 +823,9 @@ impl<'a, K: SelectKey> BucketRun<'a, K> {
                 }
             }
             filters += 1;
-            last_round = filters + 1 >= MAX_FILTERS;
             space = next_space;
             totals = next_totals;
-            candidates = Some((keys_out, labels_out));
+            candidates = kept_keys;
         }
         let found: Vec<u64> = progress
             .iter()
@@ -633,12 +842,12 @@ impl<'a, K: SelectKey> BucketRun<'a, K> {
     }
 }
 
-/// Gives the pending ranks, in order, the keys found for them.
-fn fill_pending<K: Key>(progress: &mut [Progress], found: Vec<K>) {
-    let mut found = found.into_iter();
+/// Gives the pending ranks, in order, the keys found for them (ordered bits).
+fn fill_pending(progress: &mut [Progress], found: impl Iterator<Item = u64>) {
+    let mut found = found;
     for p in progress.iter_mut() {
         if let Progress::Pending { .. } = *p {
-            *p = Progress::Found(found.next().expect("one key per pending rank").to_ordered().to_u64());
+            *p = Progress::Found(found.next().expect("one key per pending rank"));
         }
     }
 }
@@ -734,7 +943,7 @@ mod tests {
         let (first, table, space) = first_pass::<f32>(&sample);
         let nan = nan_bits::<f32>().unwrap();
         assert_eq!(first_label::<f32>(&first, &table, nan), first.nan_label);
-        assert_eq!(space.single(first.nan_label), Some(nan));
+        assert_eq!(space.ranges[first.nan_label as usize], (nan, nan));
         assert_eq!(first.nan_label as usize, space.labels() - 1);
     }
 
