@@ -487,6 +487,85 @@ fn bench_quantiles(criterion: &mut Criterion, gpu: &Gpu, cases: &mut Vec<Case>) 
     }
 }
 
+/// Distributed quantiles (section `distributed`): DIBMS and its two baselines over four
+/// processes as threads, each with its own handle on the one GPU and a quarter of 2^20,
+/// 2^24 and 2^28 uniform f32 keys, for 101 and 501 quantiles (the paper's Table 4
+/// cases): the median time of a call (every process starting together) and the bytes
+/// sent. The bytes are the algorithm's own, whatever carries them; the times are one
+/// machine's, with no network between the processes.
+fn bench_distributed(gpu: &Gpu) {
+    use gpu_select::distributed::{
+        Communicator, Distributed, DistributedAlgorithm, DistributedOptions, ThreadGroup, Traffic,
+    };
+    const PROCESSES: usize = 4;
+    const RUNS: usize = 5;
+    println!(
+        "\ndistributed quantiles: {PROCESSES} processes as threads, a handle each on {}",
+        gpu.describe()
+    );
+    let gpus: Vec<Gpu> = (0..PROCESSES).map(|_| Gpu::new().unwrap()).collect();
+    for log_n in [20u32, 24, 28] {
+        let n = 1usize << log_n;
+        let keys = quantile_keys("uniform", n, log_n as u64);
+        let shards: Vec<DeviceBuffer<f32>> = gpus
+            .iter()
+            .zip(keys.chunks(n / PROCESSES))
+            .map(|(gpu, shard)| gpu.upload(shard).unwrap())
+            .collect();
+        drop(keys);
+        for m in [101usize, 501] {
+            let qs: Vec<f64> = (0..m).map(|i| i as f64 / (m - 1) as f64).collect();
+            let mut expected: Option<Vec<f64>> = None;
+            for algorithm in [
+                DistributedAlgorithm::Dibms,
+                DistributedAlgorithm::DistributedBms,
+                DistributedAlgorithm::SortAndChoose,
+            ] {
+                let group = ThreadGroup::new(PROCESSES, Duration::from_secs(600));
+                let per_process: Vec<(f64, Traffic, Vec<f64>)> = std::thread::scope(|scope| {
+                    let runs: Vec<_> = group
+                        .into_iter()
+                        .zip(gpus.iter().zip(&shards))
+                        .map(|(comm, (gpu, shard))| {
+                            let qs = &qs;
+                            scope.spawn(move || {
+                                let options = DistributedOptions::with_algorithm(algorithm);
+                                let group = Distributed::new(gpu, &comm, options);
+                                let quantiles = QuantileOptions::default();
+                                let mut answer = group.quantiles(shard, qs, &quantiles).unwrap(); // warm-up
+                                let mut times = Vec::with_capacity(RUNS);
+                                for _ in 0..RUNS {
+                                    comm.all_reduce_max(&mut [0]).unwrap(); // start together
+                                    let started = std::time::Instant::now();
+                                    answer = group.quantiles(shard, qs, &quantiles).unwrap();
+                                    times.push(started.elapsed().as_secs_f64() * 1e3);
+                                }
+                                times.sort_by(f64::total_cmp);
+                                (times[RUNS / 2], answer.traffic, answer.values)
+                            })
+                        })
+                        .collect();
+                    runs.into_iter().map(|run| run.join().unwrap()).collect()
+                });
+                let slowest = per_process.iter().map(|p| p.0).fold(0.0, f64::max);
+                let bytes: u64 = per_process.iter().map(|p| p.1.bytes_sent).sum();
+                let values = &per_process[0].2;
+                let agree = per_process.iter().all(|p| p.2 == *values)
+                    && expected
+                        .as_ref()
+                        .is_none_or(|e| e.iter().zip(values).all(|(a, b)| a.to_bits() == b.to_bits()));
+                expected.get_or_insert_with(|| values.clone());
+                println!(
+                    "distributed f32 n=2^{log_n} p={PROCESSES} m={m} {algorithm:?}: {slowest:.3} ms, {bytes} bytes sent in all ({} per process), {} collectives per process, answers {}",
+                    bytes / PROCESSES as u64,
+                    per_process[0].1.collectives,
+                    if agree { "agree" } else { "DISAGREE" }
+                );
+            }
+        }
+    }
+}
+
 /// The plan, workspace and outputs of a top-k of every row of a `rows × cols` matrix of `K`,
 /// made once per case (as torch's caching allocator serves `torch.topk`).
 fn rows_buffers<K: SelectKey>(
@@ -810,7 +889,8 @@ fn convenience(gpu: &Gpu) {
 }
 
 /// Which parts of the benchmark run: `GPU_SELECT_BENCH_SECTIONS` (a comma-separated list
-/// of `sizes` (sort, top-k, selection at 2^20, 2^24, 2^28), `rows`, `convenience` (the
+/// of `sizes` (sort, top-k, selection at 2^20, 2^24, 2^28), `rows`, `quantiles`,
+/// `distributed` (DIBMS over four threads' handles), `convenience` (the
 /// convenient calls against the caller-workspace forms), `rows-sweep` and `topk-sweep`), all
 /// but the sweeps by default.
 fn section_enabled(section: &str) -> bool {
@@ -1114,6 +1194,9 @@ fn main() {
     }
     if section_enabled("quantiles") {
         bench_quantiles(&mut criterion, &gpu, &mut cases);
+    }
+    if section_enabled("distributed") {
+        bench_distributed(&gpu);
     }
     if section_enabled("convenience") {
         convenience(&gpu);

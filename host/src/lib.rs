@@ -12,6 +12,7 @@
 //! | top-k of an array or of rows ([`Keys`]) | [`Gpu::top_k`] | [`Gpu::plan_top_k`] | [`Gpu::top_k_into`] | [`Gpu::top_k_host`] |
 //! | the key of rank `k`, exact or approximate | [`Gpu::select`] | [`Gpu::plan_select`] | [`Gpu::select_into`] | [`Gpu::select_host`] |
 //! | the keys of many ranks; numpy's quantiles | [`Gpu::multiselect`], [`Gpu::quantiles`], [`Gpu::quantiles_rows`] | | | [`Gpu::multiselect_host`], [`Gpu::quantiles_host`] |
+//! | many ranks or quantiles of keys spread over processes (DIBMS) | [`distributed::Distributed`] | | | |
 //! | sorting segments of up to 2048 keys | [`Gpu::sort_segments`] | | [`Gpu::sort_segments_into`] | [`Gpu::sort_small`] |
 //!
 //! Also: the read floor every benchmark compares with ([`diagnostics::read_pass`]), the
@@ -102,6 +103,11 @@ pub struct SelectGuideDoctests;
 #[doc = include_str!("../../docs/quantiles.md")]
 #[cfg(doctest)]
 pub struct QuantilesGuideDoctests;
+
+/// docs/distributed.md's example, compiled and run as a doc test.
+#[doc = include_str!("../../docs/distributed.md")]
+#[cfg(doctest)]
+pub struct DistributedGuideDoctests;
 
 /// docs/rows.md's example, compiled and run as a doc test.
 #[doc = include_str!("../../docs/rows.md")]

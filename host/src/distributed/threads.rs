@@ -84,6 +84,24 @@ impl Communicator for ThreadCommunicator {
     }
 
     fn all_gather(&self, bytes: &[u8]) -> Result<Vec<Vec<u8>>> {
+        Ok(self.exchange(bytes.to_vec())?.to_vec())
+    }
+
+    /// Only the root copies the parts out.
+    fn gather(&self, bytes: &[u8], root: usize) -> Result<Option<Vec<Vec<u8>>>> {
+        let all = self.exchange(bytes.to_vec())?;
+        Ok((self.rank == root).then(|| all.to_vec()))
+    }
+
+    fn broadcast(&self, bytes: Vec<u8>, root: usize) -> Result<Vec<u8>> {
+        let all = self.exchange(if self.rank == root { bytes } else { Vec::new() })?;
+        Ok(all[root].clone())
+    }
+}
+
+impl ThreadCommunicator {
+    /// Every rank's part, once all have given theirs.
+    fn exchange(&self, bytes: Vec<u8>) -> Result<Arc<Vec<Vec<u8>>>> {
         let hub = &*self.hub;
         let broken = |why: &str| Error::Distributed { failed_rank: None, message: why.to_string() };
         let mut state = hub.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -91,7 +109,7 @@ impl Communicator for ThreadCommunicator {
             return Err(broken(why));
         }
         let round = state.round;
-        state.parts[self.rank] = Some(bytes.to_vec());
+        state.parts[self.rank] = Some(bytes);
         state.arrived += 1;
         if state.arrived == hub.size {
             let parts = state.parts.iter_mut().map(|part| part.take().expect("every part")).collect();
@@ -99,7 +117,7 @@ impl Communicator for ThreadCommunicator {
             state.arrived = 0;
             state.round += 1;
             hub.changed.notify_all();
-            return Ok(state.results.to_vec());
+            return Ok(state.results.clone());
         }
         let deadline = Instant::now() + hub.timeout;
         while state.round == round {
@@ -119,7 +137,7 @@ impl Communicator for ThreadCommunicator {
             }
             state = hub.changed.wait_timeout(state, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
         }
-        Ok(state.results.to_vec())
+        Ok(state.results.clone())
     }
 }
 
