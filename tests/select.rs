@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{DISTRIBUTIONS, Distribution, SplitMix, TestKey, generate};
+use common::{DISTRIBUTIONS, Distribution, SplitMix, TestKey, generate, gpu};
 use gpu_select::{
     Algorithm, Error, Gpu, Key, Order, SampleSelectPolicy, SelectAlgorithm, SelectOptions, TopKOptions,
     reference,
@@ -407,4 +407,56 @@ fn nan_and_signed_zero_follow_the_total_order() {
     let largest = SelectOptions::new(Order::Largest);
     assert!(gpu.select(&data, 1, &largest).map(|s| s.value).unwrap().is_nan());
     assert_eq!(gpu.select(&data, 2, &largest).map(|s| s.value).unwrap(), f32::INFINITY);
+}
+
+/// The sample positions of SampleSelect's kernel (`gpu_select_kernels::select::sample`,
+/// private there): splitmix64 of the seed, level, attempt and index. Copied here to build
+/// the input that defeats them.
+fn sample_position(seed: u64, level: u32, attempt: u32, i: u32, len: u64) -> u64 {
+    let mut z = seed
+        .wrapping_add((level as u64) << 40 | (attempt as u64) << 20 | i as u64)
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (z ^ (z >> 31)) % len
+}
+
+/// Inputs that make every sample miss (keys set to −inf where SampleSelect's fixed seed
+/// samples, level after level) and policies that cannot split (two samples for 256
+/// buckets): every selection and SampleSelect top-k still finishes, with the right answer.
+#[test]
+fn sampling_that_always_misses_still_finishes() {
+    let gpu = gpu();
+    let n = 1 << 20;
+    let mut random = SplitMix(3);
+    let mut keys: Vec<f32> = (0..n).map(|_| (random.next() % 1_000_000) as f32).collect();
+    let seed = 0x5a3c_71e9_0b2d_4f86; // the library's SAMPLE_SEED
+    for level in 0..64u32 {
+        for attempt in [0, level.saturating_sub(1), level] {
+            for i in 0..2048 {
+                keys[sample_position(seed, level, attempt, i, n as u64) as usize] = f32::NEG_INFINITY;
+            }
+        }
+    }
+    let ranks = [n / 2, n - 1 - n / 100];
+    check(&gpu, &keys, &ranks, "samples all -inf");
+    let spread: Vec<f32> = (0..100_000).map(|_| (random.next() % 1_000_000) as f32).collect();
+    let useless = SelectOptions::default().with_policy(SampleSelectPolicy {
+        sample_size: 2,
+        bracket: false,
+        ..SampleSelectPolicy::for_device(gpu.limits())
+    });
+    let mut sorted = spread.clone();
+    sorted.sort_by(f32::total_cmp);
+    let median = gpu.select_host(&spread, 50_000, &useless).expect("a policy of two samples still finishes");
+    assert_eq!(median.value, sorted[50_000]);
+    // Top-k by SampleSelect on the same inputs.
+    for (name, data) in [("samples all -inf", &keys), ("spread", &spread)] {
+        let k = data.len() / 3;
+        let options = TopKOptions::new(Order::Smallest).with_algorithm(Algorithm::SampleSelect);
+        let top = gpu.top_k_host(data, 1, k, &options).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let mut expected = data.to_vec();
+        expected.sort_by(f32::total_cmp);
+        assert_eq!(top.0[..], expected[..k], "{name}");
+    }
 }

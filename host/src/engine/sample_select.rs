@@ -17,7 +17,7 @@ use gpu_select_kernels::select::sample::{
 use crate::buffer::{DeviceBuffer, DeviceValue};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, LaunchShape};
-use crate::options::{SampleSelectPolicy, SelectAlgorithm, SelectOptions};
+use crate::options::{MultiselectAlgorithm, SampleSelectPolicy, SelectAlgorithm, SelectOptions};
 use crate::results::Selection;
 use crate::workspace::WorkspaceCarver;
 use crate::{Key, Order, SelectKey};
@@ -28,8 +28,15 @@ unsafe impl DeviceValue for SampleOutcome {}
 unsafe impl DeviceValue for SampleLevel {}
 
 /// The fixed seed of the sample positions: results (and top-k's output order) are the same
-/// every run.
+/// every run. An input built against it can make every sample miss; [`FALLBACK_AFTER`]
+/// bounds what that costs.
 const SAMPLE_SEED: u64 = 0x5a3c_71e9_0b2d_4f86;
+
+/// Levels past the expected ones before a run gives up on its samples and its caller
+/// finishes with an algorithm that needs none (radix select for top-k, bucket multiselect
+/// for a selection). A run on ordinary data takes its expected levels, or one or two more
+/// when a sample is unlucky.
+pub(crate) const FALLBACK_AFTER: u32 = 8;
 
 /// The shape of one SampleSelect run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -233,7 +240,21 @@ impl Gpu {
         base: u64,
     ) -> Result<Selection<K>> {
         check_rank(data.len(), k)?;
-        let run = self.run_sample_select(data, k as u64 + 1, order, plan, base, None)?;
+        let Some(run) = self.run_sample_select(data, k as u64 + 1, order, plan, base, None)? else {
+            // The samples kept missing: bucket multiselect finishes whatever the keys (each
+            // of its passes at least halves a label's range of bits). It allocates its own
+            // memory: this path is rare.
+            let rank = match order {
+                Order::Smallest => k as u64,
+                Order::Largest => data.len() as u64 - 1 - k as u64,
+            };
+            let outcome =
+                self.run_multiselect(data, MultiselectAlgorithm::BucketMultiselect, |_, _| Ok(vec![rank]))?;
+            let passes = LEVEL_SLOTS.min((plan.expected_levels(data.len() as u64) + FALLBACK_AFTER) as usize)
+                as u32
+                + outcome.data_passes;
+            return Ok(Selection { value: outcome.values[0], rank: k as u64, passes });
+        };
         let value = decode(run.outcome.value, order);
         let rank = if plan.has_flag(flags::APPROXIMATE) { run.outcome.rank } else { k as u64 };
         Ok(Selection { value, rank, passes: run.outcome.levels })
@@ -292,7 +313,10 @@ impl Gpu {
     /// Runs SampleSelect on `data` for the `k`-th smallest rank (from 1) in `order`, with the
     /// workspace at `workspace_base`. `outputs`: with [`flags::EMIT`], the `k` keys and
     /// indices' addresses. Queues the levels the plan expects, then reads the outcome; if
-    /// not done, a few more levels at a time (up to [`LEVEL_SLOTS`]).
+    /// not done, a few more levels at a time, up to [`FALLBACK_AFTER`] more than expected:
+    /// `None` then (samples that keep missing, as an input built against the fixed seed
+    /// makes them, or a policy too thin to split): the caller finishes with an algorithm
+    /// that needs no sample.
     pub(crate) fn run_sample_select<K: SelectKey>(
         &self,
         data: &DeviceBuffer<K>,
@@ -301,7 +325,7 @@ impl Gpu {
         plan: &SamplePlan,
         workspace_base: u64,
         outputs: Option<(u64, u64)>,
-    ) -> Result<SampleRun> {
+    ) -> Result<Option<SampleRun>> {
         let n = data.len() as u64;
         let layout = SampleWorkspace::new(plan, n as usize, size_of::<K>());
         fn at<T>(base: u64, offset: usize) -> GlobalPtr<T> {
@@ -367,12 +391,12 @@ impl Gpu {
                 self.launch(K::SAMPLE_SELECT_WINDOW, window_pass, window)?;
                 let run = self.read_outcome(workspace_base + layout.outcome as u64)?;
                 if run.outcome.done != 0 {
-                    return Ok(run);
+                    return Ok(Some(run));
                 }
             }
             self.launch(K::SAMPLE_SELECT_COUNT, pass, params)?;
             self.launch(K::SAMPLE_SELECT_NEAREST, nearest, params)?;
-            return self.read_outcome(workspace_base + layout.outcome as u64);
+            return self.read_outcome(workspace_base + layout.outcome as u64).map(Some);
         }
         // Selection keeps no order among a level's candidates: the cheaper gather serves.
         let filter =
@@ -405,8 +429,9 @@ impl Gpu {
             level = 1;
             batch -= 1;
         }
-        while (level as usize) < LEVEL_SLOTS {
-            for _ in 0..batch.min(LEVEL_SLOTS as u32 - level) {
+        let last_level = (plan.expected_levels(n) + FALLBACK_AFTER).min(LEVEL_SLOTS as u32);
+        while level < last_level {
+            for _ in 0..batch.min(last_level - level) {
                 params.level = level;
                 self.launch(K::SAMPLE_SELECT_SAMPLE, sample, params)?;
                 self.launch(K::SAMPLE_SELECT_COUNT, pass, params)?;
@@ -416,18 +441,11 @@ impl Gpu {
             }
             let run = self.read_outcome(workspace_base + layout.outcome as u64)?;
             if run.outcome.done != 0 {
-                return Ok(run);
+                return Ok(Some(run));
             }
             batch = 2;
         }
-        let (algorithm, cause) = if plan.flags & flags::EQUAL_WIDTH != 0 {
-            ("bucket select", "the equal-width buckets kept splitting the data badly")
-        } else {
-            ("SampleSelect", "the samples kept missing the data's shape")
-        };
-        Err(Error::Internal {
-            message: format!("{algorithm} did not finish in {LEVEL_SLOTS} levels ({cause})"),
-        })
+        Ok(None)
     }
 
     fn read_outcome(&self, address: u64) -> Result<SampleRun> {

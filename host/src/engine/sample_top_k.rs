@@ -3,6 +3,7 @@
 
 use gpu_select_kernels::select::sample::flags;
 
+use super::radix::{RadixPlan, RadixWorkspace};
 use super::sample_select::{SamplePlan, SampleWorkspace};
 use super::staging::OutputStaging;
 use crate::buffer::DeviceBuffer;
@@ -52,7 +53,7 @@ impl Gpu {
         debug_assert!(plan.select.has_flag(flags::EMIT));
         let layout = SampleTopKWorkspace::new(plan, data.len(), k, size_of::<K>());
         let (keys_out, indices_out) = layout.staging.targets(workspace_base, out);
-        self.run_sample_select(
+        let run = self.run_sample_select(
             data,
             k as u64,
             order,
@@ -60,6 +61,14 @@ impl Gpu {
             workspace_base,
             Some((keys_out, indices_out)),
         )?;
+        if run.is_none() {
+            // The samples kept missing: radix select needs none, and always finishes. Its
+            // workspace is allocated here (this path is rare).
+            let radix = RadixPlan::new(data.len() as u64, self.limits().multiprocessors, plan.sort_output);
+            let bytes = RadixWorkspace::new(&radix, k, size_of::<K>()).bytes;
+            let workspace = self.alloc_uninit::<u8>(bytes)?;
+            return self.run_radix(data, k, order, &radix, workspace.global_ptr().address(), out);
+        }
         self.sort_staged(&layout.staging, workspace_base, out, k, order)
     }
 }
