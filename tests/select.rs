@@ -460,3 +460,38 @@ fn sampling_that_always_misses_still_finishes() {
         assert_eq!(top.0[..], expected[..k], "{name}");
     }
 }
+
+/// The window pass's last block weighs the window with the other blocks' totals (a ticket:
+/// release and acquire fences around a global atomic). Many approximate selections (10^4 on
+/// a GPU), each against the full count's answer: a block that saw stale totals would answer
+/// differently.
+#[test]
+fn window_answers_hold_under_repetition() {
+    let gpu = common::gpu();
+    let (n, repetitions) = if common::on_emulator(&gpu) { (30_000, 200) } else { (1 << 22, 10_000) };
+    let data = generate::<f32>(n, Distribution::Uniform, 71);
+    let device_data = gpu.upload(&data).unwrap();
+    let default = SampleSelectPolicy::for_device(gpu.limits());
+    let options = |window_count| {
+        let policy = SampleSelectPolicy { window_count, ..default };
+        approximate(1024, &SelectOptions::default().with_policy(policy))
+    };
+    let mut random = SplitMix(72);
+    let ranks: Vec<usize> = (0..64).map(|_| (random.next() % n as u64) as usize).collect();
+    let counted: Vec<_> = ranks
+        .iter()
+        .map(|&k| gpu.select(&device_data, k, &options(false)).map(|s| (s.value, s.rank)).unwrap())
+        .collect();
+    let windowed = options(true);
+    let mut answered_by_window = 0;
+    for i in 0..repetitions {
+        let slot = i % ranks.len();
+        let found = gpu.select(&device_data, ranks[slot], &windowed).unwrap();
+        assert_eq!((found.value, found.rank), counted[slot], "repetition {i}, k = {}", ranks[slot]);
+        answered_by_window += (found.passes == 1) as usize;
+    }
+    assert!(
+        answered_by_window > repetitions / 2,
+        "the window answered {answered_by_window} of {repetitions}"
+    );
+}

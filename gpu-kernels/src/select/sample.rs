@@ -1059,20 +1059,24 @@ pub unsafe fn window<K: Key>(params: SampleParams<K>) {
 /// # Safety
 /// *Block-wide*; `finished` is used by this launch only.
 unsafe fn last_block_to_finish(finished: *mut u64) -> bool {
-    // Release: this thread's writes before the block's ticket.
     device::fence_device();
     unsafe { device::sync_threads() };
     let mut last = false;
     if device::thread_idx_x() == 0 {
+        // Release (PTX memory model): a fence then the ticket's write *in the thread that
+        // takes the ticket*; the barrier before it orders the block's other threads'
+        // writes before this fence (fences are cumulative). A fence only in the other
+        // threads, before the barrier, makes no release pattern with this relaxed atomic.
+        device::fence_device();
         let ticket = unsafe { device::global_atomic_add_u64(finished, 1) };
         last = ticket + 1 == device::grid_dim_x() as u64;
+        if last {
+            // Acquire: the ticket's read then a fence, in this thread, before the barrier
+            // that hands the other blocks' writes to the rest of this block.
+            device::fence_device();
+        }
     }
-    let last = unsafe { device::sync_threads_or(last) };
-    if last {
-        // Acquire: the other blocks' writes, released before their tickets.
-        device::fence_device();
-    }
-    last
+    unsafe { device::sync_threads_or(last) }
 }
 
 /// Walks a warp's `staged` rank bits through the window's tree and counts their buckets in

@@ -1,8 +1,8 @@
 //! The host emulator: runs the crate's kernel functions on the CPU.
 //!
 //! Each GPU thread of a block is a coroutine (its own stack, switched in user space); a
-//! block's threads take turns on one host thread, and blocks run one after another, the
-//! last first (a GPU keeps no order among them). A
+//! block's threads take turns on one host thread, and blocks run one after another, in an
+//! order of their own for each launch (a GPU keeps no order among them). A
 //! thread runs until it waits at a barrier or warp collective, then the next one runs.
 //! Barriers, warp collectives, dynamic shared memory and atomics are emulated, and so the
 //! test suite runs *the same kernel code* that the PTX is built from, on machines without a
@@ -71,6 +71,8 @@ std::thread_local! {
     static YIELDER: Cell<*const Yielder<(), ()>> = const { Cell::new(core::ptr::null()) };
     /// Stacks of finished emulated threads, reused by the next block.
     static STACKS: RefCell<Vec<DefaultStack>> = const { RefCell::new(Vec::new()) };
+    /// Launches made on this host thread (each takes its blocks in its own order).
+    static LAUNCHES: Cell<u64> = const { Cell::new(0) };
 }
 
 /// Gives the host thread to the block's next emulated thread; returns when the scheduler
@@ -113,7 +115,8 @@ impl core::fmt::Display for EmulatorError {
 impl std::error::Error for EmulatorError {}
 
 /// Runs `kernel` once per thread of the grid described by `config`, with the device layer
-/// answering from the emulated block. Blocks run one at a time, the last first.
+/// answering from the emulated block. Blocks run one at a time, each launch in its own
+/// order (an affine permutation of the blocks, drawn per launch).
 pub fn launch(config: &LaunchConfig, kernel: &(dyn Fn() + Sync)) -> Result<(), EmulatorError> {
     let error = |message: String| Err(EmulatorError { message });
     if config.block_threads == 0 || config.block_threads > MAX_BLOCK_THREADS {
@@ -131,15 +134,73 @@ pub fn launch(config: &LaunchConfig, kernel: &(dyn Fn() + Sync)) -> Result<(), E
             config.shared_bytes
         ));
     }
-    // Last block first: a GPU runs blocks in no set order, and kernels that lean on one
-    // (reading what an earlier block wrote in the same launch) should fail here too.
-    for block_y in (0..config.grid.1).rev() {
-        for block_x in (0..config.grid.0).rev() {
-            run_block(config, (block_x, block_y), kernel)?;
-        }
+    // A GPU runs blocks in no set order, and kernels that lean on one (reading what an
+    // earlier block wrote in the same launch) should fail here too: each launch takes its
+    // blocks in another order, the same from run to run.
+    let order = BlockOrder::new(config, LAUNCHES.with(|count| count.replace(count.get() + 1)));
+    for i in 0..order.blocks {
+        let block = order.block(i);
+        run_block(
+            config,
+            ((block % config.grid.0 as u64) as u32, (block / config.grid.0 as u64) as u32),
+            kernel,
+        )?;
     }
     Ok(())
 }
+
+/// The order of a launch's blocks: `i ↦ (a·i + c) mod blocks`, a permutation for `a`
+/// coprime with the block count, with `a` and `c` drawn from the launch's shape and the
+/// host thread's launch count (so each test, on its own thread, sees the same orders on
+/// every run). `a = blocks − 1, c = blocks − 1` is the last block first; `a = 1, c = 0`
+/// the grid's order.
+struct BlockOrder {
+    blocks: u64,
+    multiplier: u64,
+    offset: u64,
+}
+
+impl BlockOrder {
+    fn new(config: &LaunchConfig, launch: u64) -> Self {
+        let blocks = config.grid.0 as u64 * config.grid.1 as u64;
+        let mut state = BLOCK_ORDER_SEED
+            ^ launch.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            ^ (blocks << 20)
+            ^ config.block_threads as u64;
+        let mut next = || {
+            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        };
+        // Every few launches the plain reverse order, the order most likely to break a
+        // kernel that assumes the grid's.
+        if launch.is_multiple_of(4) || blocks < 3 {
+            return Self { blocks, multiplier: blocks.saturating_sub(1).max(1), offset: blocks - 1 };
+        }
+        let mut multiplier = next() % blocks;
+        while gcd(multiplier, blocks) != 1 {
+            multiplier = next() % blocks;
+        }
+        Self { blocks, multiplier, offset: next() % blocks }
+    }
+
+    /// The `i`-th block to run, as a linear index (x first).
+    fn block(&self, i: u64) -> u64 {
+        ((self.multiplier as u128 * i as u128 + self.offset as u128) % self.blocks as u128) as u64
+    }
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// The seed of [`BlockOrder`].
+const BLOCK_ORDER_SEED: u64 = 0x0b10_c0de_5eed_1234;
 
 type Thread = Coroutine<(), (), (), DefaultStack>;
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use std::vec;
 use std::vec::Vec;
 
-use super::{EmulatorError, LaunchConfig, launch};
+use super::{BlockOrder, EmulatorError, LaunchConfig, launch};
 use crate::device::{self, FULL_WARP, SharedLayout};
 
 fn config(blocks: u32, threads: u32, shared_bytes: usize) -> LaunchConfig {
@@ -182,4 +182,28 @@ fn reports_panics_in_kernel_code_and_bad_launches() {
     expect_error(launch(&config(1, 0, 0), &|| {}), "threads");
     expect_error(launch(&config(1, 2048, 0), &|| {}), "threads");
     expect_error(launch(&config(1, 32, 1 << 20), &|| {}), "shared memory");
+}
+
+#[test]
+fn every_launch_runs_each_block_once_in_an_order_of_its_own() {
+    let mut orders = std::collections::HashSet::new();
+    for blocks in [1u32, 2, 3, 7, 64, 1000] {
+        for launch in 0..8 {
+            let config = LaunchConfig { grid: (blocks, 1), block_threads: 32, shared_bytes: 0 };
+            let order = BlockOrder::new(&config, launch);
+            let mut seen: Vec<u64> = (0..order.blocks).map(|i| order.block(i)).collect();
+            if blocks == 64 {
+                orders.insert(seen.clone());
+            }
+            seen.sort_unstable();
+            assert_eq!(seen, (0..blocks as u64).collect::<Vec<_>>(), "{blocks} blocks, launch {launch}");
+        }
+    }
+    assert!(orders.len() >= 6, "64 blocks over 8 launches took {} orders", orders.len());
+    // Two-dimensional grids too: the order covers x and y.
+    let config = LaunchConfig { grid: (5, 3), block_threads: 32, shared_bytes: 0 };
+    let order = BlockOrder::new(&config, 1);
+    let mut seen: Vec<u64> = (0..15).map(|i| order.block(i)).collect();
+    seen.sort_unstable();
+    assert_eq!(seen, (0..15).collect::<Vec<_>>());
 }
