@@ -208,6 +208,8 @@ fn ragged_rows_pad_what_they_lack() {
     }
     // Few long rows: split over several blocks, with a short one beside them.
     check_ragged::<f32>(&gpu, &[30_000, 10, 25_000], 50, Order::Largest);
+    // A k past the padding's upload chunk (2^16 entries): padded in several copies.
+    check_ragged::<u32>(&gpu, &[150_000, 3, 0], 140_000, Order::Smallest);
 }
 
 /// Many ragged rows (each warp its own row): empty rows, rows shorter than k, and rows that

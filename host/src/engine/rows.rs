@@ -457,9 +457,12 @@ impl Gpu {
         let options = TopKOptions::new(order);
         // Sources of the padding, only for ragged rows shorter than k (the caller waits
         // for the copies before they are freed).
+        // At most PADDING_CHUNK of them, copied as often as a row needs: a huge `k` must not
+        // make a host vector of `k` entries.
         let padding = if (0..rows.distinct()).any(|row| rows.len(row) < k) {
             let padding_key = if order == Order::Largest { K::LOWEST } else { K::HIGHEST };
-            Some((self.upload(&vec![padding_key; k])?, self.upload(&vec![PADDING_INDEX; k])?))
+            let chunk = k.min(PADDING_CHUNK);
+            Some((self.upload(&vec![padding_key; chunk])?, self.upload(&vec![PADDING_INDEX; chunk])?))
         } else {
             None
         };
@@ -482,18 +485,21 @@ impl Gpu {
                 }
             }
             if let (true, Some(padding)) = (kept < k, &padding) {
-                let missing = k - kept;
-                let at = (row * k + kept) as u64;
-                self.copy_on_device(
-                    padding.0.global_ptr().address(),
-                    out.values.global_ptr().offset(at).address(),
-                    missing * size_of::<K>(),
-                )?;
-                self.copy_on_device(
-                    padding.1.global_ptr().address(),
-                    out.indices.global_ptr().offset(at).address(),
-                    missing * 8,
-                )?;
+                let mut at = row * k + kept;
+                while at < (row + 1) * k {
+                    let count = ((row + 1) * k - at).min(padding.0.len());
+                    self.copy_on_device(
+                        padding.0.global_ptr().address(),
+                        out.values.global_ptr().offset(at as u64).address(),
+                        count * size_of::<K>(),
+                    )?;
+                    self.copy_on_device(
+                        padding.1.global_ptr().address(),
+                        out.indices.global_ptr().offset(at as u64).address(),
+                        count * 8,
+                    )?;
+                    at += count;
+                }
             }
         }
         if padding.is_some() {
@@ -678,6 +684,9 @@ fn check_k(k: usize) -> Result<()> {
     }
     Ok(())
 }
+
+/// Padding entries uploaded at most for rows shorter than `k` (copied as often as needed).
+const PADDING_CHUNK: usize = 1 << 16;
 
 /// Positions in a row are 32-bit, `u32::MAX` reserved for padding.
 fn check_row_len(len: u64) -> Result<()> {
