@@ -9,11 +9,11 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput};
-use gpu_select::diagnostics::{queue_read_pass, read_pass};
+use gpu_select::diagnostics::{knn_distances, queue_read_pass, read_pass};
 use gpu_select::{
-    Algorithm, BackendKind, DeviceBuffer, Gpu, InputFilter, KeyTransform, Keys, MultiselectAlgorithm, Order,
-    QuantileOptions, RowsKernelFamily, SampleSelectPolicy, SelectAlgorithm, SelectKey, SelectOptions, TopK,
-    TopKOptions, TopKPlan, Tuning,
+    Algorithm, BackendKind, DeviceBuffer, Gpu, InputFilter, KeyTransform, Keys, Metric, MultiselectAlgorithm,
+    Order, QuantileOptions, RowsKernelFamily, SampleSelectPolicy, SelectAlgorithm, SelectKey, SelectOptions,
+    TopK, TopKOptions, TopKPlan, Tuning, Vectors,
 };
 
 /// One measured case of the summary.
@@ -487,6 +487,86 @@ fn bench_quantiles(criterion: &mut Criterion, gpu: &Gpu, cases: &mut Vec<Case>) 
     }
 }
 
+/// SIFT1M-shaped clustered vectors (`count × dim`): 1000 centres, each vector a centre plus
+/// noise a tenth of the centres' spread, components around 0..128 as SIFT's bytes are.
+fn sift_like(count: usize, dim: usize, seed: u64) -> Vec<f32> {
+    let centres: Vec<f32> = uniform_f32(1000 * dim, 1).iter().map(|v| v * 128.0).collect();
+    let noise = uniform_f32(count * dim, seed);
+    let picks: Vec<u64> = random_words(count, seed ^ 0x5eed).collect();
+    let mut out = Vec::with_capacity(count * dim);
+    for i in 0..count {
+        let centre = (picks[i] >> 33) as usize % 1000;
+        out.extend((0..dim).map(|j| centres[centre * dim + j] + (noise[i * dim + j] - 0.5) * 12.8));
+    }
+    out
+}
+
+/// Exact k-NN (section `knn`): SIFT1M's shape (10^6 base vectors of 128 components, 10^4
+/// queries) at k = 1 … 1000 by squared L2 (k = 10 000 with 10^3 queries: rows top-k beyond
+/// 2048 runs one top-k per row), the median of three whole searches after one warm-up; and
+/// the distance tiles alone (1024 queries against the base, no selection) for the matrix
+/// product's rate.
+fn bench_knn(gpu: &Gpu, cases: &mut Vec<Case>) {
+    let (base_count, query_count, dim) = (1_000_000usize, 10_000usize, 128usize);
+    let base = gpu.upload(&sift_like(base_count, dim, 2)).unwrap();
+    let queries = gpu.upload(&sift_like(query_count, dim, 3)).unwrap();
+    let floor_ms = read_floor(gpu, &base);
+    cases.push(Case {
+        group: "read_floor",
+        name: "f32 1e6 x 128 (knn base)".into(),
+        elements: (base_count * dim) as u64,
+        bytes: base.bytes() as u64,
+        median_ms: floor_ms,
+        floor_ms,
+        predicted_ms: None,
+    });
+    let index = gpu.flat_index(Vectors::new(&base, base_count, dim).unwrap(), Metric::L2).unwrap();
+    let median_of = |mut work: Box<dyn FnMut() -> gpu_select::Result<()> + '_>| {
+        work().unwrap(); // warm-up: pool blocks, first launches
+        let mut samples = Samples::default();
+        for _ in 0..3 {
+            samples.0.push(gpu.time_ms(&mut work).unwrap().1);
+        }
+        samples.median()
+    };
+    for (k, count) in
+        [(1, query_count), (10, query_count), (100, query_count), (1000, query_count), (10_000, 1000)]
+    {
+        let part = queries.slice(..count * dim);
+        let ms = median_of(Box::new(|| index.search(Vectors::new(&part, count, dim)?, k).map(|_| ())));
+        println!("knn: L2 {count} queries x 1e6 x 128, k={k}: {ms:.3} ms");
+        cases.push(Case {
+            group: "knn",
+            name: format!("L2 {count} queries x 1e6 x 128 k={k}"),
+            elements: (count * base_count) as u64,
+            bytes: base.bytes() as u64,
+            median_ms: ms,
+            floor_ms,
+            predicted_ms: None,
+        });
+    }
+    let tile_queries = 1024;
+    let mut out = gpu.alloc_zeroed::<f32>(tile_queries * base_count).unwrap();
+    let part = queries.slice(..tile_queries * dim);
+    let part = Vectors::new(&part, tile_queries, dim).unwrap();
+    let ms = median_of(Box::new(|| knn_distances(&index, &part, &mut out)));
+    let flops = 2.0 * (tile_queries * base_count * dim) as f64;
+    println!(
+        "knn: distance tiles alone, 1024 x 1e6 x 128: {ms:.3} ms, {:.1} TFLOP/s, {:.0} GB/s written",
+        flops / ms / 1e9,
+        out.bytes() as f64 / ms / 1e6
+    );
+    cases.push(Case {
+        group: "knn",
+        name: format!("distance tiles 1024 x 1e6 x 128 ({:.1} TFLOP/s)", flops / ms / 1e9),
+        elements: (tile_queries * base_count) as u64,
+        bytes: out.bytes() as u64,
+        median_ms: ms,
+        floor_ms,
+        predicted_ms: None,
+    });
+}
+
 /// Distributed quantiles (section `distributed`): DIBMS and its two baselines over four
 /// processes as threads, each with its own handle on the one GPU and a quarter of 2^20,
 /// 2^24 and 2^28 uniform f32 keys, for 101 and 501 quantiles (the paper's Table 4
@@ -890,7 +970,7 @@ fn convenience(gpu: &Gpu) {
 
 /// Which parts of the benchmark run: `GPU_SELECT_BENCH_SECTIONS` (a comma-separated list
 /// of `sizes` (sort, top-k, selection at 2^20, 2^24, 2^28), `rows`, `quantiles`,
-/// `distributed` (DIBMS over four threads' handles), `convenience` (the
+/// `distributed` (DIBMS over four threads' handles), `knn` (exact k-NN, SIFT1M's shape), `convenience` (the
 /// convenient calls against the caller-workspace forms), `rows-sweep` and `topk-sweep`), all
 /// but the sweeps by default.
 fn section_enabled(section: &str) -> bool {
@@ -1197,6 +1277,9 @@ fn main() {
     }
     if section_enabled("distributed") {
         bench_distributed(&gpu);
+    }
+    if section_enabled("knn") {
+        bench_knn(&gpu, &mut cases);
     }
     if section_enabled("convenience") {
         convenience(&gpu);

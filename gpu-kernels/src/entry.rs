@@ -9,6 +9,9 @@ use crate::bandwidth::{ReadFloorParams, read_floor};
 use crate::block::bitonic_sort::sort_segments;
 use crate::gather::{GatherIndicesParams, gather_indices};
 use crate::key::Key;
+use crate::knn::norms::{NormsParams, squared_norms};
+use crate::knn::place::{PlaceParams, place_neighbours};
+use crate::knn::tile::{DistanceTileParams, distance_tile};
 use crate::merge::{MergeParams, merge_runs};
 use crate::params::BlockSortParams;
 use crate::probe::{ProbeParams, global_atomics, indices, shared_memory, warp_collectives};
@@ -211,6 +214,12 @@ crate::__kernel_table! {
         READ_FLOOR = read_floor_u32(ReadFloorParams) => read_floor;
         /// The caller's indices for selected positions.
         GATHER_INDICES = gather_selected_indices(GatherIndicesParams) => gather_indices;
+        /// k-NN: squared norms of vectors.
+        KNN_NORMS = knn_norms(NormsParams) => squared_norms;
+        /// k-NN: a tile of distances (a tiled matrix product and its epilogue).
+        KNN_DISTANCE_TILE = knn_distance_tile(DistanceTileParams) => distance_tile;
+        /// k-NN: neighbours moved into their rows (offsets, signs, a graph's own index).
+        KNN_PLACE = knn_place(PlaceParams) => place_neighbours;
         /// Probe of thread, block and grid indices.
         PROBE_INDICES = probe_indices(ProbeParams) => indices;
         /// Probe of the warp collectives.

@@ -18,6 +18,7 @@
 //! | [`merge`] | device-wide merge of sorted runs (merge path) |
 //! | [`topk`] | the top-k algorithms |
 //! | [`select`] | selection by rank (SampleSelect, QuickSelect) |
+//! | [`knn`] | exact k-nearest-neighbour search: distance tiles by a tiled matrix product |
 //! | [`entry`] | the exported kernels, generated from one table |
 //!
 //! [`key`] holds the order-preserving key encodings and [`params`] the `#[repr(C)]`
@@ -46,6 +47,7 @@ pub mod device;
 pub mod entry;
 pub mod gather;
 pub mod key;
+pub mod knn;
 pub mod merge;
 pub mod params;
 pub mod probe;

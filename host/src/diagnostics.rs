@@ -7,7 +7,9 @@ use gpu_select_kernels::entry::{KernelId, PROBE_GLOBAL_ATOMICS, PROBE_INDICES, P
 pub use gpu_select_kernels::probe::{GLOBAL_SCRATCH_WORDS, PROBE_SLOTS};
 use gpu_select_kernels::probe::{ProbeParams, SharedProbeLayout};
 
+use crate::api::{FlatIndex, Vectors};
 pub use crate::bandwidth::{queue_read_pass, read_pass};
+use crate::buffer::DeviceBuffer;
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, LaunchShape};
 
@@ -82,4 +84,29 @@ pub fn run_probe(
     let slots = gpu.download(&out)?;
     let scratch = gpu.download(&scratch)?;
     Ok(ProbeOutput { slots, scratch })
+}
+
+/// Queues the distances a k-NN search of `index` ranks, every query against every base
+/// vector, into `out` (`queries.count() · index.len()`, row after row; similarities
+/// negated), with no selection: the distance-tile kernel alone, for measuring the
+/// matrix product's rate against a BLAS. Nothing waits.
+///
+/// ```
+/// use gpu_select::{Gpu, Metric, Vectors, diagnostics};
+///
+/// let gpu = Gpu::emulator();
+/// let base = gpu.upload(&[0.0f32, 1.0, 3.0])?;
+/// let index = gpu.flat_index(Vectors::new(&base, 3, 1)?, Metric::L2)?;
+/// let queries = gpu.upload(&[2.0f32])?;
+/// let mut out = gpu.alloc_zeroed::<f32>(3)?;
+/// diagnostics::knn_distances(&index, &Vectors::new(&queries, 1, 1)?, &mut out)?;
+/// assert_eq!(gpu.download(&out)?, [4.0, 1.0, 1.0]);
+/// # Ok::<(), gpu_select::Error>(())
+/// ```
+pub fn knn_distances(
+    index: &FlatIndex<'_>,
+    queries: &Vectors<'_>,
+    out: &mut DeviceBuffer<f32>,
+) -> Result<()> {
+    index.queue_distances(queries, out)
 }

@@ -13,6 +13,7 @@
 //! | the key of rank `k`, exact or approximate | [`Gpu::select`] | [`Gpu::plan_select`] | [`Gpu::select_into`] | [`Gpu::select_host`] |
 //! | the keys of many ranks; numpy's quantiles | [`Gpu::multiselect`], [`Gpu::quantiles`], [`Gpu::quantiles_rows`] | | | [`Gpu::multiselect_host`], [`Gpu::quantiles_host`] |
 //! | many ranks or quantiles of keys spread over processes (DIBMS) | [`distributed::Distributed`] | | | |
+//! | the `k` nearest vectors of each query (exact; L2, inner product, cosine), a k-NN graph | [`Gpu::knn`], [`FlatIndex::search`], [`FlatIndex::knn_graph`] | [`Gpu::flat_index`] (the base's norms once) | | [`FlatIndex::search_host`] |
 //! | sorting segments of up to 2048 keys | [`Gpu::sort_segments`] | | [`Gpu::sort_segments_into`] | [`Gpu::sort_small`] |
 //!
 //! Also: the read floor every benchmark compares with ([`diagnostics::read_pass`]), the
@@ -55,10 +56,11 @@ mod tuning;
 mod view;
 mod workspace;
 
-pub use api::{Keys, SelectPlan, TopKPlan};
+pub use api::{FlatIndex, Keys, SelectPlan, TopKPlan, Vectors};
 pub use buffer::{DeviceBuffer, DeviceValue};
 pub use error::{DriverError, Error, Result};
 pub use gpu::{BACKEND_ENV, BackendKind, DeviceLimits, Gpu};
+pub use gpu_select_kernels::knn::Metric;
 pub use gpu_select_kernels::{Key, Order, OrderedBits};
 pub use kernels::KernelImage;
 pub use options::{
@@ -66,7 +68,7 @@ pub use options::{
     QuantileOptions, SampleSelectPolicy, SelectAlgorithm, SelectOptions, TopKOptions,
 };
 pub use quantile::{QuantileMethod, QuantilePoint};
-pub use results::{Selection, SortedSegments, TopK, TopKOut};
+pub use results::{Neighbours, Selection, SortedSegments, TopK, TopKOut};
 pub use tuning::{RowsKernelFamily, Tuning};
 pub use view::{DeviceSlice, DeviceSliceMut};
 
@@ -108,6 +110,11 @@ pub struct QuantilesGuideDoctests;
 #[doc = include_str!("../../docs/distributed.md")]
 #[cfg(doctest)]
 pub struct DistributedGuideDoctests;
+
+/// docs/knn.md's example, compiled and run as a doc test.
+#[doc = include_str!("../../docs/knn.md")]
+#[cfg(doctest)]
+pub struct KnnGuideDoctests;
 
 /// docs/rows.md's example, compiled and run as a doc test.
 #[doc = include_str!("../../docs/rows.md")]

@@ -17,6 +17,16 @@ pub struct TopK<K> {
     pub indices: DeviceBuffer<u64>,
 }
 
+/// The result of a k-NN search ([`FlatIndex::search`](crate::FlatIndex::search)): `k`
+/// neighbours per query, query after query, nearest first.
+#[derive(Debug)]
+pub struct Neighbours {
+    /// Distances (squared L2), or similarities (inner product, cosine: largest first).
+    pub distances: DeviceBuffer<f32>,
+    /// The base index of each neighbour.
+    pub indices: DeviceBuffer<u64>,
+}
+
 /// Where [`Gpu::top_k_into`](crate::Gpu::top_k_into) writes: `rows · k` values and indices
 /// in memory the caller owns (a [`TopK`]'s buffers, parts of buffers, or views of another
 /// library's memory).

@@ -55,6 +55,10 @@ pub struct Tuning {
     /// Labels a bucket multiselect filter shares out among the active labels (8192, the
     /// kernels' most); with more than half as many active labels the kept keys are sorted.
     pub multiselect_labels: u32,
+    /// k-NN: bytes of distance tiles and per-tile candidates a search keeps at once (512 MiB);
+    /// queries and base vectors are tiled to fit (the matrix of all distances is never
+    /// held).
+    pub knn_tile_bytes: usize,
 }
 
 impl Tuning {
@@ -77,6 +81,7 @@ impl Default for Tuning {
             rows_radix_parts: None,
             multiselect_pick_max: 2048,
             multiselect_labels: 8192,
+            knn_tile_bytes: 512 << 20,
         }
     }
 }

@@ -438,3 +438,18 @@ pub fn fence_device() {
 pub fn fence_system() {
     backend::fence_system()
 }
+
+/// The square root of `value`, correctly rounded (`sqrt.rn.f32`; the host's `f32::sqrt` in
+/// the emulator, also correctly rounded, so both give the same bits). *Any thread.*
+#[inline(always)]
+pub fn sqrt_f32(value: f32) -> f32 {
+    backend::sqrt_f32(value)
+}
+
+/// `a · b + c` rounded once (`fma.rn.f32`; the host's `f32::mul_add` in the emulator, also
+/// rounded once, so both give the same bits). Rust never fuses a multiply and an add by
+/// itself: where a kernel wants the GPU's fused multiply-add, it says so here. *Any thread.*
+#[inline(always)]
+pub fn fma_f32(a: f32, b: f32, c: f32) -> f32 {
+    backend::fma_f32(a, b, c)
+}

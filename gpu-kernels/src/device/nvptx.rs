@@ -33,6 +33,10 @@ unsafe extern "C" {
     fn match_any_sync_i32(mask: i32, value: i32) -> i32;
     #[link_name = "llvm.nvvm.barrier0.or"]
     fn barrier0_or(predicate: i32) -> i32;
+    #[link_name = "llvm.fma.f32"]
+    fn llvm_fma_f32(a: f32, b: f32, c: f32) -> f32;
+    #[link_name = "llvm.sqrt.f32"]
+    fn llvm_sqrt_f32(value: f32) -> f32;
 }
 
 /// The `c` operand of `shfl.sync` for idx, down and bfly: clamp at lane 31, whole warp.
@@ -175,4 +179,13 @@ pub fn fence_device() {
 #[inline(always)]
 pub fn fence_system() {
     unsafe { asm!("fence.sc.sys;") }
+}
+#[inline(always)]
+pub fn sqrt_f32(value: f32) -> f32 {
+    // `llvm.sqrt.f32` is `sqrt.rn.f32` unless approximate square roots are asked for.
+    unsafe { llvm_sqrt_f32(value) }
+}
+#[inline(always)]
+pub fn fma_f32(a: f32, b: f32, c: f32) -> f32 {
+    unsafe { llvm_fma_f32(a, b, c) }
 }

@@ -93,6 +93,21 @@ impl<T> SharedRegion<T> {
         self.len == 0
     }
 
+    /// The same bytes as values of `U`: for a region written one word at a time and read
+    /// as 16-byte vectors. Its bytes must be a multiple of `U`'s size (regions are padded to
+    /// 16 bytes, so any size up to 16 that divides the region's bytes).
+    pub const fn cast<U>(self) -> SharedRegion<U> {
+        assert!(
+            (self.len * size_of::<T>()).is_multiple_of(size_of::<U>()),
+            "the region is not whole values of U"
+        );
+        SharedRegion {
+            offset: self.offset,
+            len: self.len * size_of::<T>() / size_of::<U>(),
+            element: PhantomData,
+        }
+    }
+
     /// The region inside this block's shared memory.
     ///
     /// # Safety

@@ -16,11 +16,13 @@
 //! Which calls wait for the GPU: [`Gpu`](crate::Gpu#which-calls-wait).
 
 mod input;
+mod knn;
 mod quantile;
 mod select;
 mod sort;
 mod top_k;
 
 pub use input::Keys;
+pub use knn::{FlatIndex, Vectors};
 pub use select::SelectPlan;
 pub use top_k::TopKPlan;

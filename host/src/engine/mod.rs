@@ -10,6 +10,7 @@ pub(crate) mod cost;
 pub(crate) mod fused;
 pub(crate) mod gather;
 pub(crate) mod heap;
+pub(crate) mod knn;
 pub(crate) mod multiselect;
 pub(crate) mod radix;
 pub(crate) mod rows;

@@ -232,3 +232,9 @@ pub fn fence_device() {
 pub fn fence_system() {
     std::sync::atomic::fence(Ordering::SeqCst);
 }
+pub fn sqrt_f32(value: f32) -> f32 {
+    value.sqrt()
+}
+pub fn fma_f32(a: f32, b: f32, c: f32) -> f32 {
+    a.mul_add(b, c)
+}

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The GPU run behind exact k-NN (issue "Exact k-nearest-neighbour search") and the stress
+# and out-of-memory runs of issue "Robust on every input and every caller"
+# (docs/results/README.md): the k-NN and robustness tests on the GPU, the bench section
+# `knn` (SIFT1M's shape) and PyTorch's k-NN on the same shapes (knn_torch.py), then
+# compute-sanitizer's four tools over a small k-NN test. Binaries of the commit under test,
+# xz-compressed in .gpu-run/.
+# Usage, from the repository root on the GPU machine: docs/results/knn-gpu.sh [step…]
+set -uo pipefail
+export GPU_SELECT_BACKEND=cuda
+unpack() { [ -x "/tmp/$1" ] || { python3 -c 'import lzma,sys; open(sys.argv[2],"wb").write(lzma.open(sys.argv[1]).read())' \
+  ".gpu-run/$1.xz" "/tmp/$1" && chmod +x "/tmp/$1"; }; }
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+status=0
+steps=("$@")
+[ ${#steps[@]} -gt 0 ] || steps=(tests bench torch stress sanitize)
+for step in "${steps[@]}"; do
+  started=$(date +%s)
+  echo "=== $step"
+  case "$step" in
+    tests) unpack test-knn; timeout 120 /tmp/test-knn --test-threads=2 2>&1 | grep -E "^test |result|panicked|left|right|run on" || status=1 ;;
+    bench) unpack bench-selection
+      GPU_SELECT_BENCH_SECTIONS=knn GPU_SELECT_RESULTS_DIR=${OUT:-/tmp}/bench timeout 150 \
+        /tmp/bench-selection --bench 2>&1 | grep -E "^knn|benchmarking|panicked" || status=1 ;;
+    torch) PYTHONUNBUFFERED=1 timeout 120 python3 docs/results/knn_torch.py 2>&1 | tail -14 || status=1 ;;
+    stress) unpack test-robustness
+      timeout 150 /tmp/test-robustness --include-ignored --test-threads=1 --nocapture 2>&1 \
+        | grep -E "^test |result|mixed calls|filled|refused|panicked at|run on" | grep -v "OutOfMemory" || status=1 ;;
+    sanitize) unpack test-knn
+      for tool in memcheck racecheck synccheck initcheck; do
+        echo "--- $tool"
+        timeout 60 /usr/local/cuda/bin/compute-sanitizer --tool $tool /tmp/test-knn tiling --test-threads=1 2>&1 \
+          | grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test result|panicked" | head -4
+      done ;;
+  esac
+  echo "($(( $(date +%s) - started )) s)"
+done
+exit $status

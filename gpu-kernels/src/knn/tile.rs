@@ -1,0 +1,239 @@
+//! A tile of distances: the product of a tile of queries with a tile of base vectors
+//! (`⟨x, y⟩` for every pair), finished into distances by the epilogue
+//! ([`super::tile_distance`]).
+//!
+//! A block computes a [`TILE`]` × `[`TILE`] square of the product (queries × base vectors)
+//! with [`DISTANCE_THREADS`] threads, each accumulating an 8 × 8 patch in registers. The
+//! dimension is walked [`DEPTH`] components at a time: the block stages both tiles' next
+//! `DEPTH` components in shared memory (transposed: component-major, so that a thread's
+//! eight rows are two 16-byte loads), while the registers prefetch the step after it from
+//! global memory: two stages in shared memory, one barrier per step.
+//!
+//! ```text
+//! thread t = 16·ty + tx owns rows    ty·4 + {0,1,2,3} and 64 + ty·4 + {0,1,2,3}
+//!                       and columns  tx·4 + {0,1,2,3} and 64 + tx·4 + {0,1,2,3}
+//! ```
+//!
+//! (rows four apart and 64 apart: a warp's two values of `ty` read two 16-byte words of the
+//! query stage, broadcast; its sixteen values of `tx` read 256 contiguous bytes of the base
+//! stage, no bank conflict). Components past the dimension, and vectors past the tile's
+//! end, are read as zeros; distances are written only inside the tile.
+
+use super::{Metric, tile_distance};
+use crate::device::{self, SharedLayout, SharedRegion};
+use crate::params::GlobalPtr;
+
+/// Queries (and base vectors) per block.
+pub const TILE: u64 = 128;
+/// Components per step of the product.
+pub const DEPTH: usize = 8;
+/// Threads per block: 16 × 16, each an 8 × 8 patch.
+pub const DISTANCE_THREADS: u32 = 256;
+/// Rows (and columns) of a thread's patch.
+const PATCH: usize = 8;
+/// Shared-memory stages (the one read and the one written during a step).
+const STAGES: usize = 2;
+
+/// Four neighbouring values, one 16-byte access.
+#[repr(C, align(16))]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Four(pub [f32; 4]);
+
+/// Parameters of `knn_distance_tile`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct DistanceTileParams {
+    /// The first query of the tile; query `i` at `i · query_stride`.
+    pub queries: GlobalPtr<f32>,
+    /// Components from one query's start to the next's.
+    pub query_stride: u64,
+    /// The queries' squared norms (null for the inner product).
+    pub query_norms: GlobalPtr<f32>,
+    /// The first base vector of the tile; vector `j` at `j · base_stride`.
+    pub base: GlobalPtr<f32>,
+    /// Components from one base vector's start to the next's.
+    pub base_stride: u64,
+    /// The base vectors' squared norms (null for the inner product).
+    pub base_norms: GlobalPtr<f32>,
+    /// `query_count` rows of distances, row `i` at `i · out_stride`, one per base vector.
+    pub out: GlobalPtr<f32>,
+    /// Distances from one row's start to the next's (at least `base_count`).
+    pub out_stride: u64,
+    /// Queries in the tile.
+    pub query_count: u64,
+    /// Base vectors in the tile.
+    pub base_count: u64,
+    /// Components per vector.
+    pub dim: u64,
+    /// [`Metric::to_raw`].
+    pub metric: u32,
+}
+
+/// The shared memory of the kernel: both tiles' stages, component-major.
+#[derive(Clone, Copy, Debug)]
+pub struct DistanceLayout {
+    /// The queries' stages: `STAGES × DEPTH` rows of [`TILE`] values.
+    pub queries: SharedRegion<f32>,
+    /// The base vectors' stages, alike.
+    pub base: SharedRegion<f32>,
+    /// Bytes to ask for at launch.
+    pub bytes: usize,
+}
+
+impl DistanceLayout {
+    /// The layout (the same for every launch).
+    pub const fn new() -> Self {
+        let stage_values = STAGES * DEPTH * TILE as usize;
+        let (layout, queries) = SharedLayout::new().push::<f32>(stage_values);
+        let (layout, base) = layout.push::<f32>(stage_values);
+        Self { queries, base, bytes: layout.bytes() }
+    }
+}
+
+impl Default for DistanceLayout {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The blocks a launch needs: `(⌈base_count / TILE⌉, ⌈query_count / TILE⌉)`.
+pub const fn distance_grid(query_count: u64, base_count: u64) -> (u64, u64) {
+    (base_count.div_ceil(TILE), query_count.div_ceil(TILE))
+}
+
+/// This thread's `DEPTH / 2` components of one vector of a tile, from component `first`
+/// on: zeros past the dimension or past the tile's last vector.
+#[inline(always)]
+unsafe fn load_quarter(
+    vectors: GlobalPtr<f32>,
+    stride: u64,
+    count: u64,
+    dim: u64,
+    vector: u64,
+    first: u64,
+) -> [f32; DEPTH / 2] {
+    let mut values = [0.0f32; DEPTH / 2];
+    if vector < count {
+        for (j, value) in values.iter_mut().enumerate() {
+            let component = first + j as u64;
+            if component < dim {
+                *value = unsafe { vectors.read(vector * stride + component) };
+            }
+        }
+    }
+    values
+}
+
+/// The `knn_distance_tile` kernel (module docs).
+///
+/// # Safety
+/// [`DISTANCE_THREADS`] threads, [`DistanceLayout::bytes`] of shared memory, the grid of
+/// [`distance_grid`]; every vector, norm and distance named by the parameters in bounds.
+// The patch's loops index registers by position (row i, column j) and compute the matrix
+// positions from the same i and j: plain ranges read best here.
+#[allow(clippy::needless_range_loop)]
+pub unsafe fn distance_tile(params: DistanceTileParams) {
+    let metric = Metric::from_raw(params.metric);
+    let thread = device::thread_idx_x() as usize;
+    let (tx, ty) = (thread % 16, thread / 16);
+    let query_start = device::block_idx_y() as u64 * TILE;
+    let base_start = device::block_idx_x() as u64 * TILE;
+    let queries = params.queries.offset(query_start * params.query_stride);
+    let base = params.base.offset(base_start * params.base_stride);
+    let query_count = params.query_count - query_start.min(params.query_count);
+    let base_count = params.base_count - base_start.min(params.base_count);
+
+    let layout = DistanceLayout::new();
+    let (query_words, base_words) = unsafe { (layout.queries.bind(), layout.base.bind()) };
+    let (query_fours, base_fours) =
+        unsafe { (layout.queries.cast::<Four>().bind(), layout.base.cast::<Four>().bind()) };
+
+    // The vector this thread stages, and which half of the step's components.
+    let (staged_vector, staged_half) = ((thread / 2) as u64, thread % 2);
+    let stage_load = |step: u64| unsafe {
+        let first = step * DEPTH as u64 + (staged_half * DEPTH / 2) as u64;
+        (
+            load_quarter(queries, params.query_stride, query_count, params.dim, staged_vector, first),
+            load_quarter(base, params.base_stride, base_count, params.dim, staged_vector, first),
+        )
+    };
+    let stage_store = |stage: usize, (query_part, base_part): ([f32; DEPTH / 2], [f32; DEPTH / 2])| unsafe {
+        for j in 0..DEPTH / 2 {
+            let at = (stage * DEPTH + staged_half * DEPTH / 2 + j) * TILE as usize + staged_vector as usize;
+            query_words.store(at, query_part[j]);
+            base_words.store(at, base_part[j]);
+        }
+    };
+
+    let steps = params.dim.div_ceil(DEPTH as u64);
+    let mut sums = [[0.0f32; PATCH]; PATCH];
+    stage_store(0, stage_load(0));
+    unsafe { device::sync_threads() };
+    for step in 0..steps {
+        let stage = (step % STAGES as u64) as usize;
+        // The next step's loads are in flight while this one's products run.
+        let next = if step + 1 < steps { Some(stage_load(step + 1)) } else { None };
+        for component in 0..DEPTH {
+            let row = (stage * DEPTH + component) * (TILE as usize / 4);
+            let (query_low, query_high) =
+                unsafe { (query_fours.load(row + ty), query_fours.load(row + 16 + ty)) };
+            let (base_low, base_high) =
+                unsafe { (base_fours.load(row + tx), base_fours.load(row + 16 + tx)) };
+            let mut x = [0.0f32; PATCH];
+            let mut y = [0.0f32; PATCH];
+            x[..4].copy_from_slice(&query_low.0);
+            x[4..].copy_from_slice(&query_high.0);
+            y[..4].copy_from_slice(&base_low.0);
+            y[4..].copy_from_slice(&base_high.0);
+            for i in 0..PATCH {
+                for j in 0..PATCH {
+                    sums[i][j] = device::fma_f32(x[i], y[j], sums[i][j]);
+                }
+            }
+        }
+        if let Some(loaded) = next {
+            stage_store((stage + 1) % STAGES, loaded);
+        }
+        unsafe { device::sync_threads() };
+    }
+
+    // The epilogue: distances of this thread's patch, inside the tile only.
+    let needs_norms = metric != Metric::InnerProduct;
+    let patch_column = |j: usize| ((j / 4) * 64 + tx * 4 + j % 4) as u64;
+    let mut base_norm = [0.0f32; PATCH];
+    if needs_norms {
+        for (j, norm) in base_norm.iter_mut().enumerate() {
+            if patch_column(j) < base_count {
+                *norm = unsafe { params.base_norms.read(base_start + patch_column(j)) };
+            }
+        }
+    }
+    let out = params.out.offset(base_start);
+    let whole_fours = out.address().is_multiple_of(16) && params.out_stride.is_multiple_of(4);
+    for i in 0..PATCH {
+        let row = ((i / 4) * 64 + ty * 4 + i % 4) as u64;
+        if row >= query_count {
+            continue;
+        }
+        let query = query_start + row;
+        let query_norm = if needs_norms { unsafe { params.query_norms.read(query) } } else { 0.0 };
+        for half in 0..2 {
+            let mut distances = Four::default();
+            for j in 0..4 {
+                distances.0[j] =
+                    tile_distance(metric, sums[i][half * 4 + j], query_norm, base_norm[half * 4 + j]);
+            }
+            let column = patch_column(half * 4);
+            let at = query * params.out_stride + column;
+            if whole_fours && column + 4 <= base_count {
+                unsafe { (out.offset(at).as_ptr() as *mut Four).write(distances) };
+            } else {
+                for j in 0..4 {
+                    if column + (j as u64) < base_count {
+                        unsafe { out.write(at + j as u64, distances.0[j]) };
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,391 @@
+//! Exact k-NN search ([`gpu_select_kernels::knn`]): norms, distance tiles, the rows top-k
+//! per tile, and the merge of column tiles, within a memory budget.
+//!
+//! For each tile of queries: for each column tile of the base, one launch writes the tile's
+//! distances and one rows top-k keeps each query's `k` best of it, moved into that query's
+//! row of candidates (`base_tiles · k` per query); one more rows top-k over the candidates
+//! (with their base indices) keeps the `k` best. A base that fits one column tile needs no
+//! merge. The tiles are sized so that the distances and candidates held at once stay within
+//! [`Tuning::knn_tile_bytes`](crate::Tuning::knn_tile_bytes).
+
+use gpu_select_kernels::entry::{KNN_DISTANCE_TILE, KNN_NORMS, KNN_PLACE};
+use gpu_select_kernels::knn::Metric;
+use gpu_select_kernels::knn::norms::{NORMS_THREADS, NormsParams};
+use gpu_select_kernels::knn::place::{KEEP_ALL, PLACE_THREADS, PlaceParams};
+use gpu_select_kernels::knn::tile::{DISTANCE_THREADS, DistanceLayout, DistanceTileParams, distance_grid};
+use gpu_select_kernels::params::{GlobalPtr, Order};
+use gpu_select_kernels::warp::select::MAX_QUEUE_K;
+
+use crate::buffer::DeviceBuffer;
+use crate::engine::rows::{RowsAlgorithm, RowsSpec};
+use crate::error::{Error, Result};
+use crate::gpu::{Gpu, LaunchShape};
+use crate::results::TopK;
+
+/// Blocks of the warp-per-row kernels at most (grid-stride beyond).
+const MAX_ROW_BLOCKS: u64 = 4096;
+/// Queries per tile the planner starts from: enough for the product to
+/// fill the GPU (blocks of 128 × 128 distances), few enough that a column tile of a large base
+/// stays long.
+const QUERY_TILE_TARGET: usize = 1024;
+
+/// `count` vectors of `dim` components on the device, vector `i` at `i · stride`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct VectorSet {
+    pub(crate) data: GlobalPtr<f32>,
+    pub(crate) count: usize,
+    pub(crate) stride: usize,
+}
+
+impl VectorSet {
+    fn part(self, first: usize, count: usize) -> VectorSet {
+        VectorSet { data: self.data.offset((first * self.stride) as u64), count, stride: self.stride }
+    }
+}
+
+/// How a search is cut into tiles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct KnnTiles {
+    /// Queries per tile (the last may hold fewer).
+    pub(crate) query_tile: usize,
+    /// Column tiles of the base: `base % base_tiles` of them hold one vector more than the
+    /// others, each at least the number kept per tile.
+    pub(crate) base_tiles: usize,
+}
+
+impl KnnTiles {
+    /// Tiles for `queries × base` distances keeping `kept` per query, within `budget` bytes
+    /// of tiles and candidates where possible (`kept ≤ base`).
+    pub(crate) fn plan(queries: usize, base: usize, kept: usize, budget: usize) -> Self {
+        let bytes_per_query = |base_tiles: usize| {
+            let tile = base.div_ceil(base_tiles) * size_of::<f32>();
+            let entry = size_of::<f32>() + size_of::<u64>();
+            // The tile's best, the row of candidates and the merge's output.
+            let kept_bytes = kept * entry * if base_tiles == 1 { 1 } else { base_tiles + 2 };
+            tile + kept_bytes
+        };
+        // Every column tile keeps `kept`, so it must hold at least that many vectors. Beyond
+        // the queues' 2048 the rows top-k runs one top-k per row: then every column tile
+        // costs each query a call of its own, so the base stays whole and fewer queries
+        // share a tile instead.
+        let most_tiles = if kept > MAX_QUEUE_K as usize { 1 } else { (base / kept).max(1) };
+        let mut query_tile = queries.min(QUERY_TILE_TARGET);
+        loop {
+            let mut base_tiles = 1;
+            while base_tiles < most_tiles && bytes_per_query(base_tiles).saturating_mul(query_tile) > budget {
+                base_tiles = (base_tiles * 2).min(most_tiles);
+            }
+            if bytes_per_query(base_tiles).saturating_mul(query_tile) <= budget || query_tile == 1 {
+                return KnnTiles { query_tile, base_tiles };
+            }
+            query_tile = (query_tile / 2).max(1);
+        }
+    }
+
+    /// The first vector and the length of column tile `tile` of a base of `base` vectors.
+    pub(crate) fn base_range(&self, base: usize, tile: usize) -> (usize, usize) {
+        let (short, longer) = (base / self.base_tiles, base % self.base_tiles);
+        let first = tile * short + tile.min(longer);
+        (first, short + usize::from(tile < longer))
+    }
+}
+
+/// What a search writes and how: `rows · k` neighbours, nearest first.
+pub(crate) struct KnnRun<'o> {
+    pub(crate) metric: Metric,
+    pub(crate) k: usize,
+    /// The base's squared norms (unused for the inner product).
+    pub(crate) base_norms: GlobalPtr<f32>,
+    /// A k-NN graph: query `i` is base vector `i`, and drops itself.
+    pub(crate) drop_own: bool,
+    pub(crate) out: &'o mut TopK<f32>,
+}
+
+impl Gpu {
+    /// Queues the squared norms of `vectors` into `out`.
+    pub(crate) fn knn_norms(&self, vectors: VectorSet, dim: usize, out: GlobalPtr<f32>) -> Result<()> {
+        let warps_per_block = (NORMS_THREADS / 32) as u64;
+        let blocks = (vectors.count as u64).div_ceil(warps_per_block).min(MAX_ROW_BLOCKS) as u32;
+        let shape = LaunchShape { grid: (blocks, 1), block_threads: NORMS_THREADS, shared_bytes: 0 };
+        let params = NormsParams {
+            vectors: vectors.data,
+            stride: vectors.stride as u64,
+            count: vectors.count as u64,
+            dim: dim as u64,
+            out,
+        };
+        self.launch(KNN_NORMS, shape, params)
+    }
+
+    /// Queues a search of `queries` against `base` (both of `dim` components) into
+    /// `run.out`, in tiles ([`KnnTiles::plan`] within the handle's tuning).
+    pub(crate) fn run_knn(
+        &self,
+        queries: VectorSet,
+        base: VectorSet,
+        dim: usize,
+        run: KnnRun<'_>,
+    ) -> Result<()> {
+        let kept = run.k + usize::from(run.drop_own);
+        let tiles = KnnTiles::plan(queries.count, base.count, kept, self.tuning().knn_tile_bytes);
+        let needs_norms = run.metric != Metric::InnerProduct;
+        let query_norms = self.alloc_uninit::<f32>(if needs_norms { queries.count } else { 1 })?;
+        if needs_norms {
+            self.knn_norms(queries, dim, query_norms.global_ptr())?;
+        }
+        let longest_tile = tiles.base_range(base.count, 0).1;
+        let merges = tiles.base_tiles > 1;
+        let finishes = run.metric.is_similarity() || run.drop_own;
+        let distances = self.alloc_uninit::<f32>(tiles.query_tile * longest_tile)?;
+        let per_tile_len = if merges || finishes { tiles.query_tile * kept } else { 1 };
+        let per_tile = TopK {
+            values: self.alloc_uninit::<f32>(per_tile_len)?,
+            indices: self.alloc_uninit::<u64>(per_tile_len)?,
+        };
+        let candidates_len = if merges { tiles.query_tile * tiles.base_tiles * kept } else { 1 };
+        let candidates = TopK {
+            values: self.alloc_uninit::<f32>(candidates_len)?,
+            indices: self.alloc_uninit::<u64>(candidates_len)?,
+        };
+        // The rows top-k's workspace: the largest any of this search's shapes needs.
+        let mut workspace_bytes = 0;
+        for query_tile in [tiles.query_tile, queries.count % tiles.query_tile] {
+            if query_tile == 0 {
+                continue;
+            }
+            for tile in [0, tiles.base_tiles - 1] {
+                let cols = tiles.base_range(base.count, tile).1;
+                workspace_bytes = workspace_bytes.max(self.knn_rows_workspace(query_tile, cols, kept)?);
+            }
+            if merges {
+                workspace_bytes = workspace_bytes.max(self.knn_rows_workspace(
+                    query_tile,
+                    tiles.base_tiles * kept,
+                    kept,
+                )?);
+            }
+        }
+        let mut workspace = self.alloc_uninit::<u8>(workspace_bytes.max(1))?;
+
+        let mut first_query = 0;
+        while first_query < queries.count {
+            let count = tiles.query_tile.min(queries.count - first_query);
+            let query_part = queries.part(first_query, count);
+            let norms_part =
+                query_norms.global_ptr().offset(if needs_norms { first_query as u64 } else { 0 });
+            let out_rows = first_query * run.k..(first_query + count) * run.k;
+            for tile in 0..tiles.base_tiles {
+                let (first_base, base_count) = tiles.base_range(base.count, tile);
+                let tile_distances = distances.view(0, count * base_count);
+                self.knn_distance_tile(
+                    (query_part, norms_part),
+                    (base.part(first_base, base_count), run.base_norms.offset(first_base as u64)),
+                    dim,
+                    run.metric,
+                    tile_distances.global_ptr(),
+                )?;
+                let spec = RowsSpec::dense(count, base_count, base_count, kept)?;
+                if !merges && !finishes {
+                    // One column tile, nothing to finish: straight into the caller's rows.
+                    let mut out = out_view(run.out, out_rows.clone());
+                    self.knn_select(
+                        &tile_distances,
+                        &spec,
+                        kept,
+                        GlobalPtr::null(),
+                        &mut workspace,
+                        &mut out,
+                    )?;
+                    continue;
+                }
+                let mut best = TopK {
+                    values: per_tile.values.view(0, count * kept),
+                    indices: per_tile.indices.view(0, count * kept),
+                };
+                self.knn_select(&tile_distances, &spec, kept, GlobalPtr::null(), &mut workspace, &mut best)?;
+                if merges {
+                    let row = tiles.base_tiles * kept;
+                    self.knn_place(
+                        &best,
+                        (&candidates, row, tile * kept),
+                        count,
+                        kept,
+                        first_base,
+                        None,
+                        false,
+                    )?;
+                } else {
+                    let out = out_view(run.out, out_rows.clone());
+                    let own = run.drop_own.then_some(first_query);
+                    self.knn_place(&best, (&out, run.k, 0), count, kept, 0, own, run.metric.is_similarity())?;
+                }
+            }
+            if merges {
+                let cols = tiles.base_tiles * kept;
+                let spec = RowsSpec::dense(count, cols, cols, kept)?;
+                let values = candidates.values.view(0, count * cols);
+                let indices = candidates.indices.global_ptr();
+                if finishes {
+                    let mut best = TopK {
+                        values: per_tile.values.view(0, count * kept),
+                        indices: per_tile.indices.view(0, count * kept),
+                    };
+                    self.knn_select(&values, &spec, kept, indices, &mut workspace, &mut best)?;
+                    let out = out_view(run.out, out_rows.clone());
+                    let own = run.drop_own.then_some(first_query);
+                    self.knn_place(&best, (&out, run.k, 0), count, kept, 0, own, run.metric.is_similarity())?;
+                } else {
+                    let mut out = out_view(run.out, out_rows.clone());
+                    self.knn_select(&values, &spec, kept, indices, &mut workspace, &mut out)?;
+                }
+            }
+            first_query += count;
+        }
+        Ok(())
+    }
+
+    /// Workspace bytes of the rows top-k over `rows × cols` distances keeping `kept`.
+    fn knn_rows_workspace(&self, rows: usize, cols: usize, kept: usize) -> Result<usize> {
+        let spec = RowsSpec::dense(rows, cols, cols, kept)?;
+        self.rows_workspace_bytes::<f32>(&spec, kept, Order::Smallest, RowsAlgorithm::Auto)
+    }
+
+    /// The `kept` smallest of each row of `distances` (shape `spec`), with `indices` (the
+    /// candidates' base indices, or null for columns).
+    fn knn_select(
+        &self,
+        distances: &DeviceBuffer<f32>,
+        spec: &RowsSpec,
+        kept: usize,
+        indices: GlobalPtr<u64>,
+        workspace: &mut DeviceBuffer<u8>,
+        out: &mut TopK<f32>,
+    ) -> Result<()> {
+        let offsets = GlobalPtr::null();
+        self.run_rows(
+            distances,
+            spec,
+            (offsets, indices),
+            kept,
+            Order::Smallest,
+            RowsAlgorithm::Auto,
+            workspace,
+            out,
+        )
+    }
+
+    /// Queues one distance tile: `queries × base` into `out` (row stride `base.count`).
+    pub(crate) fn knn_distance_tile(
+        &self,
+        (queries, query_norms): (VectorSet, GlobalPtr<f32>),
+        (base, base_norms): (VectorSet, GlobalPtr<f32>),
+        dim: usize,
+        metric: Metric,
+        out: GlobalPtr<f32>,
+    ) -> Result<()> {
+        let (columns, rows) = distance_grid(queries.count as u64, base.count as u64);
+        let (Ok(columns), Ok(rows)) = (u32::try_from(columns), u16::try_from(rows)) else {
+            return Err(Error::invalid("a k-NN distance tile too large for one launch"));
+        };
+        let shape = LaunchShape {
+            grid: (columns, rows as u32),
+            block_threads: DISTANCE_THREADS,
+            shared_bytes: DistanceLayout::new().bytes,
+        };
+        let params = DistanceTileParams {
+            queries: queries.data,
+            query_stride: queries.stride as u64,
+            query_norms,
+            base: base.data,
+            base_stride: base.stride as u64,
+            base_norms,
+            out,
+            out_stride: base.count as u64,
+            query_count: queries.count as u64,
+            base_count: base.count as u64,
+            dim: dim as u64,
+            metric: metric.to_raw(),
+        };
+        self.launch(KNN_DISTANCE_TILE, shape, params)
+    }
+
+    /// Queues the move of `rows × width` neighbours of `from` into `to` (row `r` at
+    /// `r · stride + column`), indices shifted by `index_offset`; row `r` drops index
+    /// `own + r` (or its last entry) when `own` is given; signs flipped when `negate`.
+    #[allow(clippy::too_many_arguments)]
+    fn knn_place(
+        &self,
+        from: &TopK<f32>,
+        (to, stride, column): (&TopK<f32>, usize, usize),
+        rows: usize,
+        width: usize,
+        index_offset: usize,
+        own: Option<usize>,
+        negate: bool,
+    ) -> Result<()> {
+        let warps_per_block = (PLACE_THREADS / 32) as u64;
+        let blocks = (rows as u64).div_ceil(warps_per_block).min(MAX_ROW_BLOCKS) as u32;
+        let shape = LaunchShape { grid: (blocks, 1), block_threads: PLACE_THREADS, shared_bytes: 0 };
+        let params = PlaceParams {
+            values_in: from.values.global_ptr(),
+            indices_in: from.indices.global_ptr(),
+            values_out: to.values.global_ptr(),
+            indices_out: to.indices.global_ptr(),
+            rows: rows as u64,
+            width_in: width as u64,
+            width_out: (width - usize::from(own.is_some())) as u64,
+            stride_out: stride as u64,
+            column_out: column as u64,
+            index_offset: index_offset as u64,
+            own_index_start: own.map_or(KEEP_ALL, |own| own as u64),
+            negate: u32::from(negate),
+        };
+        self.launch(KNN_PLACE, shape, params)
+    }
+}
+
+/// Entries `range` of a result's values and indices.
+fn out_view(out: &TopK<f32>, range: std::ops::Range<usize>) -> TopK<f32> {
+    TopK {
+        values: out.values.view(range.start, range.len()),
+        indices: out.indices.view(range.start, range.len()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tiles_fit_the_budget_and_hold_what_each_keeps() {
+        // SIFT1M's shape at k = 100 within 512 MiB: a thousand queries, 8 column tiles.
+        let tiles = KnnTiles::plan(10_000, 1_000_000, 100, 512 << 20);
+        assert_eq!(tiles, KnnTiles { query_tile: 1024, base_tiles: 8 });
+        // Beyond the queues, one column tile and fewer queries a tile.
+        assert_eq!(
+            KnnTiles::plan(1000, 1_000_000, 10_000, 512 << 20),
+            KnnTiles { query_tile: 125, base_tiles: 1 }
+        );
+        // Whatever the budget, every column tile holds at least what it keeps, and the
+        // tiles cover the base exactly.
+        for (queries, base, kept, budget) in [
+            (7, 1000, 1, 1 << 10),
+            (300, 777, 33, 1 << 12),
+            (5, 10_000, 10_000, 1),
+            (1, 1, 1, 0),
+            (2000, 99, 98, 1 << 30),
+            (1000, 1_000_000, 10_000, 512 << 20),
+        ] {
+            let tiles = KnnTiles::plan(queries, base, kept, budget);
+            assert!(tiles.query_tile >= 1 && tiles.query_tile <= queries, "{tiles:?}");
+            let mut next = 0;
+            for tile in 0..tiles.base_tiles {
+                let (first, len) = tiles.base_range(base, tile);
+                assert_eq!(first, next);
+                assert!(len >= kept, "{queries} {base} {kept} {budget}: {tiles:?} tile {tile} holds {len}");
+                next = first + len;
+            }
+            assert_eq!(next, base);
+        }
+    }
+}

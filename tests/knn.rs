@@ -1,0 +1,334 @@
+//! Exact k-NN search against a CPU brute force in f64: random, clustered and duplicated
+//! vectors, shapes at the distance tiles' edges ± 1, every metric, tiling of queries and
+//! base, the k-NN graph, non-finite components, bad input, and scikit-learn's handwritten
+//! digits (whose integer pixels make every L2 distance exact in f32, so there the lists must
+//! equal the oracle's exactly, ties by lower index included).
+
+mod common;
+
+use common::{gpu, on_emulator};
+use gpu_select::{Error, Gpu, Metric, Neighbours, Tuning, Vectors};
+use rand::{RngExt, SeedableRng, rngs::StdRng};
+
+/// The exact distance (or similarity) of two vectors, in f64.
+fn exact(metric: Metric, x: &[f32], y: &[f32]) -> f64 {
+    let dot: f64 = x.iter().zip(y).map(|(&a, &b)| a as f64 * b as f64).sum();
+    match metric {
+        Metric::L2 => x.iter().zip(y).map(|(&a, &b)| (a as f64 - b as f64).powi(2)).sum(),
+        Metric::InnerProduct => dot,
+        Metric::Cosine => {
+            let norms = (x.iter().map(|&a| (a as f64).powi(2)).sum::<f64>()
+                * y.iter().map(|&b| (b as f64).powi(2)).sum::<f64>())
+            .sqrt();
+            if norms == 0.0 { 0.0 } else { dot / norms }
+        }
+    }
+}
+
+/// How far a distance computed in f32 through the norms may be from the exact one.
+fn tolerance(metric: Metric, x: &[f32], y: &[f32]) -> f64 {
+    let norm = |v: &[f32]| v.iter().map(|&a| (a as f64).powi(2)).sum::<f64>();
+    let dim = x.len() as f64;
+    match metric {
+        Metric::L2 => 4e-7 * (dim.sqrt() + 8.0) * (norm(x) + norm(y)) + 1e-30,
+        Metric::InnerProduct => 4e-7 * (dim.sqrt() + 8.0) * (norm(x) * norm(y)).sqrt() + 1e-30,
+        Metric::Cosine => 4e-7 * (dim.sqrt() + 8.0) + 1e-30,
+    }
+}
+
+/// Checks one search: `k` neighbours per query, each a distinct base vector (not the query
+/// itself for a graph), its distance the exact one within tolerance, in order, and none
+/// clearly worse than the exact `k`-th best.
+fn check(
+    queries: &[f32],
+    base: &[f32],
+    dim: usize,
+    k: usize,
+    metric: Metric,
+    graph: bool,
+    (distances, indices): (&[f32], &[u64]),
+) {
+    let nearer_first = |d: f64| if metric == Metric::L2 { d } else { -d };
+    let queries_count = queries.len() / dim;
+    assert_eq!(distances.len(), queries_count * k);
+    for q in 0..queries_count {
+        let x = &queries[q * dim..(q + 1) * dim];
+        let vector = |j: usize| &base[j * dim..(j + 1) * dim];
+        let mut all: Vec<(f64, usize)> = (0..base.len() / dim)
+            .filter(|&j| !graph || j != q)
+            .map(|j| (nearer_first(exact(metric, x, vector(j))), j))
+            .collect();
+        all.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let kth = all[k - 1].0;
+        let row = q * k..(q + 1) * k;
+        let mut seen = std::collections::HashSet::new();
+        for (rank, (&distance, &index)) in distances[row.clone()].iter().zip(&indices[row]).enumerate() {
+            let j = index as usize;
+            assert!(j < base.len() / dim, "query {q} rank {rank}: index {index} out of range");
+            assert!(seen.insert(j), "query {q}: index {j} twice");
+            assert!(!graph || j != q, "query {q}: itself in its graph row");
+            let want = exact(metric, x, vector(j));
+            let slack = tolerance(metric, x, vector(j));
+            assert!(
+                (distance as f64 - want).abs() <= slack,
+                "query {q} rank {rank} (index {j}): {distance} against exact {want} (slack {slack})"
+            );
+            assert!(
+                nearer_first(want) <= kth + 2.0 * slack.max(tolerance(metric, x, vector(all[k - 1].1))),
+                "query {q} rank {rank}: index {j} at {want} is not among the {k} nearest (k-th: {kth})"
+            );
+            if rank > 0 {
+                let previous = distances[q * k + rank - 1];
+                assert!(
+                    nearer_first(previous as f64) <= nearer_first(distance as f64),
+                    "query {q}: rank {rank} out of order"
+                );
+            }
+        }
+    }
+}
+
+fn download(gpu: &Gpu, found: &Neighbours) -> (Vec<f32>, Vec<u64>) {
+    (gpu.download(&found.distances).unwrap(), gpu.download(&found.indices).unwrap())
+}
+
+fn search(
+    gpu: &Gpu,
+    queries: &[f32],
+    base: &[f32],
+    dim: usize,
+    k: usize,
+    metric: Metric,
+) -> (Vec<f32>, Vec<u64>) {
+    let (q, b) = (gpu.upload(queries).unwrap(), gpu.upload(base).unwrap());
+    let index = gpu.flat_index(Vectors::new(&b, base.len() / dim, dim).unwrap(), metric).unwrap();
+    download(gpu, &index.search(Vectors::new(&q, queries.len() / dim, dim).unwrap(), k).unwrap())
+}
+
+fn random_vectors(rng: &mut StdRng, count: usize, dim: usize) -> Vec<f32> {
+    (0..count * dim).map(|_| rng.random::<f32>() * 2.0 - 1.0).collect()
+}
+
+/// `count` vectors around `centres` random centres (SIFT-like clumps), some repeated exactly.
+fn clustered_vectors(rng: &mut StdRng, count: usize, dim: usize, centres: usize) -> Vec<f32> {
+    let centre_values = random_vectors(rng, centres, dim);
+    let mut out = Vec::with_capacity(count * dim);
+    for i in 0..count {
+        if i % 7 == 3 && i >= 7 {
+            // An exact duplicate of an earlier vector: ties at every distance from it.
+            let earlier = rng.random_range(0..i);
+            out.extend_from_within(earlier * dim..(earlier + 1) * dim);
+            continue;
+        }
+        let c = rng.random_range(0..centres);
+        out.extend((0..dim).map(|j| centre_values[c * dim + j] * 4.0 + (rng.random::<f32>() - 0.5) * 0.1));
+    }
+    out
+}
+
+#[test]
+fn shapes_at_the_tile_edges_match_the_brute_force() {
+    let gpu = gpu();
+    let mut rng = StdRng::seed_from_u64(33);
+    let mut shapes =
+        vec![(1, 1, 1), (3, 5, 3), (127, 129, 8), (129, 127, 9), (128, 257, 17), (2, 300, 130), (2, 2100, 5)];
+    if !on_emulator(&gpu) {
+        shapes.extend([(1000, 10_000, 128), (257, 4096, 96)]);
+    }
+    for (queries_count, base_count, dim) in shapes {
+        let queries = random_vectors(&mut rng, queries_count, dim);
+        let base = random_vectors(&mut rng, base_count, dim);
+        for metric in [Metric::L2, Metric::InnerProduct, Metric::Cosine] {
+            for k in [1, 10.min(base_count), base_count] {
+                let found = search(&gpu, &queries, &base, dim, k, metric);
+                check(&queries, &base, dim, k, metric, false, (&found.0, &found.1));
+            }
+        }
+    }
+}
+
+#[test]
+fn clustered_and_duplicated_vectors_match_the_brute_force() {
+    let gpu = gpu();
+    let mut rng = StdRng::seed_from_u64(7);
+    let (queries_count, base_count, dim) = if on_emulator(&gpu) { (40, 700, 24) } else { (2000, 50_000, 64) };
+    let base = clustered_vectors(&mut rng, base_count, dim, 16);
+    // Queries among the base vectors themselves (distance 0 to a duplicate) and new ones.
+    let mut queries = base[..queries_count / 2 * dim].to_vec();
+    queries.extend(clustered_vectors(&mut rng, queries_count - queries_count / 2, dim, 16));
+    for metric in [Metric::L2, Metric::InnerProduct, Metric::Cosine] {
+        for k in [1, 5, 64, 300] {
+            let found = search(&gpu, &queries, &base, dim, k, metric);
+            check(&queries, &base, dim, k, metric, false, (&found.0, &found.1));
+        }
+    }
+}
+
+#[test]
+fn tiling_queries_and_base_changes_nothing() {
+    let gpu = gpu();
+    let mut rng = StdRng::seed_from_u64(11);
+    let (queries_count, base_count, dim) = (150, 1000, 12);
+    let queries = clustered_vectors(&mut rng, queries_count, dim, 5);
+    let base = clustered_vectors(&mut rng, base_count, dim, 5);
+    for metric in [Metric::L2, Metric::InnerProduct, Metric::Cosine] {
+        for (k, budgets) in [(7, &[60_000, 20_000][..]), (100, &[200_000][..]), (333, &[1][..])] {
+            let whole = search(&gpu, &queries, &base, dim, k, metric);
+            // Budgets small enough for several query tiles and column tiles (down to one
+            // query a tile and column tiles of exactly what each keeps), and the search
+            // gives the same bits.
+            for &budget in budgets {
+                let tiled = gpu.with_tuning(Tuning { knn_tile_bytes: budget, ..*gpu.tuning() });
+                let found = search(&tiled, &queries, &base, dim, k, metric);
+                assert_eq!(found.1, whole.1, "{metric:?} k={k} budget {budget}: indices");
+                assert_eq!(
+                    found.0.iter().map(|d| d.to_bits()).collect::<Vec<_>>(),
+                    whole.0.iter().map(|d| d.to_bits()).collect::<Vec<_>>(),
+                    "{metric:?} k={k} budget {budget}: distances"
+                );
+            }
+            check(&queries, &base, dim, k, metric, false, (&whole.0, &whole.1));
+        }
+    }
+}
+
+#[test]
+fn the_graph_leaves_each_vector_out_of_its_own_row() {
+    let gpu = gpu();
+    let mut rng = StdRng::seed_from_u64(5);
+    let dim = 6;
+    // Many exact duplicates: a vector's own index must go, its twins stay.
+    let mut base = clustered_vectors(&mut rng, 300, dim, 4);
+    let twin = base[..dim].to_vec();
+    for copy in 0..20 {
+        base[(10 + copy) * dim..(11 + copy) * dim].copy_from_slice(&twin);
+    }
+    let data = gpu.upload(&base).unwrap();
+    for metric in [Metric::L2, Metric::InnerProduct, Metric::Cosine] {
+        let index = gpu.flat_index(Vectors::new(&data, 300, dim).unwrap(), metric).unwrap();
+        for (k, budget) in [(1, None), (15, None), (30, Some(20_000)), (299, None), (299, Some(1))] {
+            let index_gpu = budget.map(|b| gpu.with_tuning(Tuning { knn_tile_bytes: b, ..*gpu.tuning() }));
+            let graph = match &index_gpu {
+                Some(tiled) => tiled
+                    .flat_index(Vectors::new(&data, 300, dim).unwrap(), metric)
+                    .unwrap()
+                    .knn_graph(k)
+                    .unwrap(),
+                None => index.knn_graph(k).unwrap(),
+            };
+            let found = download(&gpu, &graph);
+            check(&base, &base, dim, k, metric, true, (&found.0, &found.1));
+        }
+        assert!(matches!(index.knn_graph(300), Err(Error::KOutOfRange { .. })));
+        assert!(matches!(index.knn_graph(0), Err(Error::KOutOfRange { .. })));
+    }
+}
+
+/// scikit-learn's bundled copy of the UCI handwritten digits (1797 images of 8 × 8 pixels,
+/// 0–16; tests/fixtures/digits.csv, the 65th column the label).
+fn digits() -> (Vec<f32>, Vec<u8>) {
+    let text = include_str!("fixtures/digits.csv");
+    let (mut pixels, mut labels) = (Vec::new(), Vec::new());
+    for line in text.lines() {
+        let values: Vec<f32> = line.split(',').map(|v| v.trim().parse().unwrap()).collect();
+        assert_eq!(values.len(), 65);
+        pixels.extend_from_slice(&values[..64]);
+        labels.push(values[64] as u8);
+    }
+    assert_eq!(labels.len(), 1797);
+    (pixels, labels)
+}
+
+#[test]
+fn handwritten_digits_graph_equals_the_brute_force_exactly() {
+    let gpu = gpu();
+    let (pixels, labels) = digits();
+    let count = labels.len();
+    let data = gpu.upload(&pixels).unwrap();
+    let index = gpu.flat_index(Vectors::new(&data, count, 64).unwrap(), Metric::L2).unwrap();
+    let k = 10;
+    let (distances, indices) = download(&gpu, &index.knn_graph(k).unwrap());
+    // Integer pixels: every squared distance is an integer below 2^24, exact in f32 by
+    // either formula, so the lists must be the oracle's, ties by lower index.
+    let mut agree = 0;
+    for q in 0..count {
+        let x = &pixels[q * 64..(q + 1) * 64];
+        let mut all: Vec<(f64, usize)> = (0..count)
+            .filter(|&j| j != q)
+            .map(|j| (exact(Metric::L2, x, &pixels[j * 64..(j + 1) * 64]), j))
+            .collect();
+        all.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let want: Vec<u64> = all[..k].iter().map(|&(_, j)| j as u64).collect();
+        let want_distances: Vec<f32> = all[..k].iter().map(|&(d, _)| d as f32).collect();
+        assert_eq!(indices[q * k..(q + 1) * k], want, "digit {q}");
+        assert_eq!(distances[q * k..(q + 1) * k], want_distances, "digit {q}");
+        agree += all[..k].iter().filter(|&&(_, j)| labels[j] == labels[q]).count();
+    }
+    // The classic sanity figure: nearly all neighbours share the query's digit.
+    let share = agree as f64 / (count * k) as f64;
+    assert!(share > 0.95, "only {share:.3} of the neighbours share their digit");
+}
+
+#[test]
+fn non_finite_components_rank_last() {
+    let gpu = gpu();
+    let dim = 4;
+    let mut base: Vec<f32> = (0..10 * dim).map(|i| (i % 13) as f32 * 0.25 - 1.0).collect();
+    base[2 * dim + 1] = f32::NAN; // vector 2: NaN distances under every metric
+    base[5 * dim] = f32::INFINITY; // vector 5
+    base[7 * dim + 3] = f32::NEG_INFINITY; // vector 7
+    let queries = vec![0.5f32, 0.25, 0.0, 1.0, -1.0, 2.0, 0.5, 0.0];
+    for metric in [Metric::L2, Metric::InnerProduct, Metric::Cosine] {
+        let (distances, indices) = search(&gpu, &queries, &base, dim, 10, metric);
+        for q in 0..2 {
+            let (row, values) = (&indices[q * 10..(q + 1) * 10], &distances[q * 10..(q + 1) * 10]);
+            // NaN ranks after every number, infinities included, under every metric.
+            let first_nan = values.iter().position(|d| d.is_nan()).expect("vector 2's distance is NaN");
+            assert!(values[first_nan..].iter().all(|d| d.is_nan()), "{metric:?} query {q}: {values:?}");
+            assert!(
+                row[first_nan..].contains(&2),
+                "{metric:?} query {q}: the NaN vector is not last: {row:?}"
+            );
+            // The finite vectors have finite distances, in order.
+            let finite: Vec<usize> = (0..10).filter(|i| ![2, 5, 7].contains(&row[*i])).collect();
+            assert_eq!(finite.len(), 7);
+            assert!(finite.iter().all(|&i| values[i].is_finite()), "{metric:?} query {q}: {values:?}");
+            if metric == Metric::L2 {
+                // Distances to the infinite vectors are +inf or NaN: after all the finite ones.
+                assert_eq!(finite, (0..7).collect::<Vec<_>>(), "{metric:?} query {q}: {row:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_input_gets_clear_errors() {
+    let gpu = gpu();
+    let data = gpu.upload(&[1.0f32; 12]).unwrap();
+    assert!(matches!(Vectors::new(&data, 0, 3), Err(Error::EmptyInput)));
+    assert!(matches!(Vectors::new(&data, 4, 0), Err(Error::EmptyInput)));
+    assert!(matches!(Vectors::new(&data, 5, 3), Err(Error::LengthMismatch { .. })));
+    assert!(matches!(Vectors::new(&data, 3, 3), Err(Error::LengthMismatch { .. })));
+    assert!(matches!(Vectors::strided(&data, 2, 4, 3), Err(Error::InvalidArgument { .. })));
+    assert!(matches!(Vectors::strided(&data, 3, 4, 5), Err(Error::LengthMismatch { .. })));
+    assert!(matches!(Vectors::strided(&data, usize::MAX, 4, 5), Err(Error::InvalidArgument { .. })));
+    let index = gpu.flat_index(Vectors::new(&data, 4, 3).unwrap(), Metric::L2).unwrap();
+    assert_eq!((index.len(), index.dim(), index.metric()), (4, 3, Metric::L2));
+    let queries = gpu.upload(&[0.0f32; 8]).unwrap();
+    let mismatched = index.search(Vectors::new(&queries, 2, 4).unwrap(), 1);
+    assert!(matches!(mismatched, Err(Error::InvalidArgument { .. })), "{mismatched:?}");
+    let six = queries.slice(..6);
+    assert!(matches!(index.search(Vectors::new(six, 2, 3).unwrap(), 0), Err(Error::KOutOfRange { .. })));
+    let six = queries.slice(..6);
+    assert!(matches!(index.search(Vectors::new(six, 2, 3).unwrap(), 5), Err(Error::KOutOfRange { .. })));
+    assert!(matches!(index.search_host(&[0.0; 7], 1), Err(Error::InvalidArgument { .. })));
+    let (distances, indices) = index.search_host(&[1.0; 6], 4).unwrap();
+    assert_eq!(indices, [0, 1, 2, 3, 0, 1, 2, 3]); // all equal: ties by index
+    assert_eq!(distances, [0.0; 8]);
+    if !on_emulator(&gpu) {
+        // Vectors of another device's handle (the emulator) are refused.
+        let elsewhere = Gpu::emulator().upload(&[0.0f32; 3]).unwrap();
+        let foreign = index.search(Vectors::new(&elsewhere, 1, 3).unwrap(), 1);
+        assert!(matches!(foreign, Err(Error::InvalidArgument { .. })), "{foreign:?}");
+    }
+}
