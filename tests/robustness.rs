@@ -1,0 +1,190 @@
+//! Many callers and a full device: eight threads making mixed calls on one `Gpu` handle
+//! (top-k of every algorithm, rows, selections, multiselect and quantiles, sorts, k-NN),
+//! every result checked against the CPU; and (GPU only) a device filled first, where every
+//! operation either answers correctly or returns `Error::OutOfMemory`, and the handle works
+//! again once the memory is freed.
+
+mod common;
+
+use common::{gpu, on_emulator};
+use gpu_select::{
+    Algorithm, DeviceBuffer, Error, Gpu, Keys, Metric, MultiselectAlgorithm, NanPolicy, Order,
+    QuantileMethod, QuantileOptions, SelectAlgorithm, SelectOptions, TopKOptions, Vectors, reference,
+};
+use rand::{RngExt, SeedableRng, rngs::StdRng};
+
+/// One input of the mix, on the device, with what the CPU says of it.
+struct Input {
+    keys: Vec<f32>,
+    data: DeviceBuffer<f32>,
+    /// The keys sorted ascending, with their positions (ties by position).
+    ascending: Vec<(f32, u64)>,
+}
+
+impl Input {
+    fn new(gpu: &Gpu, keys: Vec<f32>) -> Self {
+        let ascending = reference::sort_pairs(&keys, Order::Smallest);
+        Input { data: gpu.upload(&keys).unwrap(), keys, ascending }
+    }
+}
+
+/// Call `call` of the mix on `input`; panics with the call's name when a result is wrong.
+fn mixed_call(gpu: &Gpu, input: &Input, call: usize, rng: &mut StdRng) {
+    let n = input.keys.len();
+    let k = rng.random_range(1..=n.min(300));
+    match call % 9 {
+        0..=3 => {
+            let algorithm =
+                [Algorithm::Auto, Algorithm::Bitonic, Algorithm::RadixSelect, Algorithm::SampleSelect]
+                    [call % 9];
+            let top = gpu.top_k(&input.data, k, &TopKOptions::smallest().with_algorithm(algorithm)).unwrap();
+            let indices = gpu.download(&top.indices).unwrap();
+            let want: Vec<u64> = input.ascending[..k].iter().map(|&(_, i)| i).collect();
+            assert_eq!(indices, want, "top-k {algorithm:?} k={k}");
+        }
+        4 => {
+            // Rows: the keys as rows of 100 (n is a multiple of 100).
+            let rows = n / 100;
+            let k = k.min(100);
+            let top = gpu.top_k(Keys::rows(&input.data, rows, 100), k, &TopKOptions::largest()).unwrap();
+            let values = gpu.download(&top.values).unwrap();
+            for r in 0..rows {
+                let mut row = input.keys[r * 100..(r + 1) * 100].to_vec();
+                row.sort_by(|a, b| b.total_cmp(a));
+                assert_eq!(values[r * k..(r + 1) * k], row[..k], "rows k={k} row {r}");
+            }
+        }
+        5 => {
+            let rank = rng.random_range(0..n);
+            let algorithm = [SelectAlgorithm::Auto, SelectAlgorithm::QuickSelect][rank % 2];
+            let selection =
+                gpu.select(&input.data, rank, &SelectOptions::default().with_algorithm(algorithm)).unwrap();
+            assert_eq!(
+                selection.value.to_bits(),
+                input.ascending[rank].0.to_bits(),
+                "select {rank} {algorithm:?}"
+            );
+        }
+        6 => {
+            let ranks: Vec<usize> = (0..11).map(|_| rng.random_range(0..n)).collect();
+            let found = gpu.multiselect(&input.data, &ranks, MultiselectAlgorithm::Auto).unwrap();
+            for (selection, &rank) in found.iter().zip(&ranks) {
+                assert_eq!(
+                    selection.value.to_bits(),
+                    input.ascending[rank].0.to_bits(),
+                    "multiselect {rank}"
+                );
+            }
+        }
+        7 => {
+            let qs = [0.0, 0.1, 0.5, 0.99, 1.0];
+            let options = QuantileOptions::new(QuantileMethod::Linear);
+            let got = gpu.quantiles(&input.data, &qs, &options).unwrap();
+            let want = reference::quantiles(&input.keys, &qs, QuantileMethod::Linear, NanPolicy::Propagate);
+            assert_eq!(got, want, "quantiles");
+        }
+        _ => {
+            // k-NN over the keys as 4-component vectors, against themselves.
+            let count = n / 4;
+            let index = gpu.flat_index(Vectors::new(&input.data, count, 4).unwrap(), Metric::L2).unwrap();
+            let queries = input.data.slice(..8 * 4);
+            let found = index.search(Vectors::new(queries, 8, 4).unwrap(), 1).unwrap();
+            let distances = gpu.download(&found.distances).unwrap();
+            // Each of the first eight vectors is in the base: nearest at distance (about) 0.
+            assert!(distances.iter().all(|&d| d.abs() < 1e-3), "knn: {distances:?}");
+        }
+    }
+}
+
+fn inputs(gpu: &Gpu) -> Vec<Input> {
+    let mut rng = StdRng::seed_from_u64(36);
+    let mut inputs = Vec::new();
+    for n in [1000usize, 4000, 20_000] {
+        inputs.push(Input::new(gpu, (0..n).map(|_| rng.random::<f32>()).collect()));
+        // Few distinct values: ties everywhere.
+        inputs.push(Input::new(gpu, (0..n).map(|_| rng.random_range(0..7) as f32).collect()));
+    }
+    inputs
+}
+
+#[test]
+fn eight_threads_share_one_handle_with_mixed_calls() {
+    let gpu = gpu();
+    // 10^4 calls per thread on a GPU (8 · 10^4 in all); a few on the emulator.
+    let calls = if on_emulator(&gpu) { 18 } else { 10_000 };
+    let inputs = inputs(&gpu);
+    let started = std::time::Instant::now();
+    std::thread::scope(|scope| {
+        for thread in 0..8u64 {
+            let (gpu, inputs) = (gpu.clone(), &inputs);
+            scope.spawn(move || {
+                let mut rng = StdRng::seed_from_u64(thread);
+                for call in 0..calls {
+                    let input = &inputs[rng.random_range(0..inputs.len())];
+                    mixed_call(&gpu, input, call + thread as usize, &mut rng);
+                }
+            });
+        }
+    });
+    eprintln!(
+        "8 threads x {calls} mixed calls, every result checked: {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+#[test]
+#[ignore = "needs a GPU (fills its memory): run with --include-ignored there"]
+fn a_full_device_gives_out_of_memory_and_recovers() {
+    let gpu = gpu();
+    assert!(!on_emulator(&gpu), "fills the device's memory: GPU only");
+    let inputs = inputs(&gpu);
+    let mut rng = StdRng::seed_from_u64(9);
+    // Fill the device: blocks of 1 GiB, then smaller, until even 1 MiB is refused.
+    let mut filler: Vec<DeviceBuffer<u8>> = Vec::new();
+    let mut block = 1usize << 30;
+    while block >= 1 << 20 {
+        match gpu.alloc_zeroed::<u8>(block) {
+            Ok(buffer) => filler.push(buffer),
+            Err(Error::OutOfMemory { .. }) => block /= 2,
+            Err(other) => panic!("filling the device: {other}"),
+        }
+    }
+    let filled: usize = filler.iter().map(|b| b.len()).sum();
+    eprintln!("device filled with {:.2} GiB", filled as f64 / (1u64 << 30) as f64);
+    // Every operation answers right or says OutOfMemory; nothing else, no panic.
+    let (mut answered, mut refused) = (0, 0);
+    for call in 0..200 {
+        let input = &inputs[call % inputs.len()];
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let big = gpu.upload(&vec![0.5f32; 1 << 22]);
+            match big {
+                Err(Error::OutOfMemory { .. }) => {}
+                Err(other) => panic!("upload: {other}"),
+                Ok(_) => {}
+            }
+            mixed_call(&gpu, input, call, &mut rng);
+        }));
+        match outcome {
+            Ok(()) => answered += 1,
+            Err(panic) => {
+                let message = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                assert!(
+                    message.contains("OutOfMemory"),
+                    "call {call}: not an out-of-memory error: {message}"
+                );
+                refused += 1;
+            }
+        }
+    }
+    eprintln!("on the full device: {answered} calls answered right, {refused} refused with OutOfMemory");
+    assert!(refused > 0, "nothing was refused: the device was not full");
+    drop(filler);
+    // The handle works again.
+    for call in 0..90 {
+        mixed_call(&gpu, &inputs[call % inputs.len()], call, &mut rng);
+    }
+}
