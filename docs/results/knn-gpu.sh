@@ -18,18 +18,18 @@ for step in "${steps[@]}"; do
   started=$(date +%s)
   echo "=== $step"
   case "$step" in
-    tests) unpack test-knn; timeout 120 /tmp/test-knn --test-threads=2 2>&1 | grep -E "^test |result|panicked|left|right|run on" || status=1 ;;
+    tests) unpack test-knn; timeout 60 /tmp/test-knn --test-threads=2 2>&1 | grep -E "^test |result|panicked|left|right|run on" || status=1 ;;
     bench) unpack bench-selection
-      GPU_SELECT_BENCH_SECTIONS=knn GPU_SELECT_RESULTS_DIR=${OUT:-/tmp}/bench timeout 150 \
+      GPU_SELECT_BENCH_SECTIONS=knn GPU_SELECT_RESULTS_DIR=${OUT:-/tmp}/bench timeout 90 \
         /tmp/bench-selection --bench 2>&1 | grep -E "^knn|benchmarking|panicked" || status=1 ;;
-    torch) PYTHONUNBUFFERED=1 timeout 120 python3 docs/results/knn_torch.py 2>&1 | tail -14 || status=1 ;;
+    torch) PYTHONUNBUFFERED=1 timeout 60 python3 docs/results/knn_torch.py 2>&1 | tail -14 || status=1 ;;
     stress) unpack test-robustness
-      timeout 150 /tmp/test-robustness --include-ignored --test-threads=1 --nocapture 2>&1 \
+      timeout 90 /tmp/test-robustness --include-ignored --test-threads=1 --nocapture 2>&1 \
         | grep -E "^test |result|mixed calls|filled|refused|panicked at|run on" | grep -v "OutOfMemory" || status=1 ;;
     sanitize) unpack test-knn
-      for tool in memcheck racecheck synccheck initcheck; do
+      for tool in ${SANITIZERS:-memcheck racecheck synccheck initcheck}; do
         echo "--- $tool"
-        timeout 60 /usr/local/cuda/bin/compute-sanitizer --tool $tool /tmp/test-knn tiling --test-threads=1 2>&1 \
+        timeout ${SANITIZER_SECONDS:-60} /usr/local/cuda/bin/compute-sanitizer --tool $tool /tmp/test-knn tiling --test-threads=1 2>&1 \
           | grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test result|panicked" | head -4
       done ;;
   esac
