@@ -25,12 +25,17 @@ for step in "${steps[@]}"; do
     torch) PYTHONUNBUFFERED=1 timeout 60 python3 docs/results/knn_torch.py 2>&1 | tail -14 || status=1 ;;
     stress) unpack test-robustness
       timeout 90 /tmp/test-robustness --include-ignored --test-threads=1 --nocapture 2>&1 \
-        | grep -E "^test |result|mixed calls|filled|refused|panicked at|run on" | grep -v "OutOfMemory" || status=1 ;;
-    sanitize) unpack test-knn
+        | grep -E "^test |result|mixed calls|filled|calls answered|nothing was|not an out-of-memory|full device|run on" || status=1 ;;
+    sanitize) unpack test-knn; unpack test-robustness
+      # Every kernel family the mix calls (top-k of four algorithms, rows, selections,
+      # multiselect and quantiles, k-NN), a few calls per thread, and k-NN's three kernels.
       for tool in ${SANITIZERS:-memcheck racecheck synccheck initcheck}; do
-        echo "--- $tool"
-        timeout ${SANITIZER_SECONDS:-60} /usr/local/cuda/bin/compute-sanitizer --tool $tool /tmp/test-knn tiling --test-threads=1 2>&1 \
-          | grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test result|panicked" | head -4
+        for run in "/tmp/test-knn ${KNN_SANITIZED:-non_finite}" "/tmp/test-robustness eight_threads"; do
+          echo "--- $tool: $run"
+          GPU_SELECT_STRESS_CALLS=${SANITIZED_CALLS:-2} timeout ${SANITIZER_SECONDS:-60} \
+            /usr/local/cuda/bin/compute-sanitizer --tool $tool $run --test-threads=1 2>&1 \
+            | grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test result|panicked" | head -4
+        done
       done ;;
   esac
   echo "($(( $(date +%s) - started )) s)"
