@@ -1,16 +1,22 @@
 //! Many callers and a full device: eight threads making mixed calls on one `Gpu` handle
-//! (top-k of every algorithm, rows, selections, multiselect and quantiles, sorts, k-NN),
-//! every result checked against the CPU; and (GPU only) a device filled first, where every
-//! operation either answers correctly or returns `Error::OutOfMemory`, and the handle works
-//! again once the memory is freed.
+//! ([`KINDS`] kinds of call: top-k by every algorithm, fused top-k, rows, exact and
+//! approximate selections, multiselect of both algorithms and quantiles, segment sorts,
+//! k-NN — every kernel family), every result checked against the CPU; and (GPU only) a
+//! device filled first, where every operation either answers correctly or returns
+//! `Error::OutOfMemory`, and the handle works again once the memory is freed.
 
 mod common;
 
 use common::{gpu, on_emulator};
 use gpu_select::{
-    Algorithm, DeviceBuffer, Error, Gpu, Keys, Metric, MultiselectAlgorithm, NanPolicy, Order,
-    QuantileMethod, QuantileOptions, SelectAlgorithm, SelectOptions, TopKOptions, Vectors, reference,
+    Algorithm, DeviceBuffer, Error, Gpu, InputFilter, KeyTransform, Keys, Metric, MultiselectAlgorithm,
+    NanPolicy, Order, PADDING_INDEX, QuantileMethod, QuantileOptions, SelectAlgorithm, SelectOptions,
+    TopKOptions, Vectors, reference,
 };
+
+/// The kinds of call of the mix: call `c` is kind `c % KINDS`, so any `KINDS` consecutive
+/// calls (of one thread, or call `i` of threads `0 … KINDS − 1`) make every kind.
+const KINDS: usize = 16;
 use rand::{RngExt, SeedableRng, rngs::StdRng};
 
 /// One input of the mix, on the device, with what the CPU says of it.
@@ -32,17 +38,52 @@ impl Input {
 fn mixed_call(gpu: &Gpu, input: &Input, call: usize, rng: &mut StdRng) {
     let n = input.keys.len();
     let k = rng.random_range(1..=n.min(300));
-    match call % 9 {
-        0..=3 => {
-            let algorithm =
-                [Algorithm::Auto, Algorithm::Bitonic, Algorithm::RadixSelect, Algorithm::SampleSelect]
-                    [call % 9];
+    let positions =
+        |ascending: &[(f32, u64)], k: usize| ascending[..k].iter().map(|&(_, i)| i).collect::<Vec<_>>();
+    match call % KINDS {
+        kind @ 0..=5 => {
+            let algorithm = [
+                Algorithm::Auto,
+                Algorithm::Bitonic,
+                Algorithm::RadixSelect,
+                Algorithm::SampleSelect,
+                Algorithm::PerThreadHeap,
+                Algorithm::BucketSelect,
+            ][kind];
             let top = gpu.top_k(&input.data, k, &TopKOptions::smallest().with_algorithm(algorithm)).unwrap();
-            let indices = gpu.download(&top.indices).unwrap();
-            let want: Vec<u64> = input.ascending[..k].iter().map(|&(_, i)| i).collect();
-            assert_eq!(indices, want, "top-k {algorithm:?} k={k}");
+            assert_eq!(
+                gpu.download(&top.indices).unwrap(),
+                positions(&input.ascending, k),
+                "top-k {algorithm:?} k={k}"
+            );
         }
-        4 => {
+        6 => {
+            // Sort & choose sorts every key: a smaller share of the input.
+            let len = n.min(2000);
+            let k = k.min(len);
+            let options = TopKOptions::smallest().with_algorithm(Algorithm::SortAndChoose);
+            let top = gpu.top_k(input.data.slice(..len), k, &options).unwrap();
+            let ascending = reference::sort_pairs(&input.keys[..len], Order::Smallest);
+            assert_eq!(gpu.download(&top.indices).unwrap(), positions(&ascending, k), "sort & choose k={k}");
+        }
+        7 => {
+            // Fused: the largest magnitudes among the keys in [0.25, 3.5).
+            let filter = InputFilter::Range { low: 0.25, high: 3.5 };
+            let keys = Keys::new(&input.data).with_filter(filter).with_transform(KeyTransform::Magnitude);
+            let top = gpu.top_k(keys, k, &TopKOptions::largest()).unwrap();
+            let mut admitted: Vec<(f32, u64)> = input
+                .keys
+                .iter()
+                .enumerate()
+                .filter(|&(_, &key)| (0.25..3.5).contains(&key))
+                .map(|(i, &key)| (key, i as u64))
+                .collect();
+            admitted.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+            let mut want: Vec<u64> = admitted.iter().take(k).map(|&(_, i)| i).collect();
+            want.resize(k, PADDING_INDEX);
+            assert_eq!(gpu.download(&top.indices).unwrap(), want, "fused top-k k={k}");
+        }
+        8 => {
             // Rows: the keys as rows of 100 (n is a multiple of 100).
             let rows = n / 100;
             let k = k.min(100);
@@ -54,7 +95,7 @@ fn mixed_call(gpu: &Gpu, input: &Input, call: usize, rng: &mut StdRng) {
                 assert_eq!(values[r * k..(r + 1) * k], row[..k], "rows k={k} row {r}");
             }
         }
-        5 => {
+        9 => {
             let rank = rng.random_range(0..n);
             let algorithm = [SelectAlgorithm::Auto, SelectAlgorithm::QuickSelect][rank % 2];
             let selection =
@@ -65,23 +106,40 @@ fn mixed_call(gpu: &Gpu, input: &Input, call: usize, rng: &mut StdRng) {
                 "select {rank} {algorithm:?}"
             );
         }
-        6 => {
+        10 => {
+            // Approximate: a key and its exact rank, whatever rank it lands on.
+            let rank = rng.random_range(0..n);
+            let options =
+                SelectOptions::default().with_algorithm(SelectAlgorithm::Approximate { buckets: 256 });
+            let near = gpu.select(&input.data, rank, &options).unwrap();
+            let at = near.rank as usize;
+            assert_eq!(near.value.to_bits(), input.ascending[at].0.to_bits(), "approximate select {rank}");
+        }
+        kind @ 11..=12 => {
+            let algorithm = [MultiselectAlgorithm::Auto, MultiselectAlgorithm::BucketMultiselect][kind - 11];
             let ranks: Vec<usize> = (0..11).map(|_| rng.random_range(0..n)).collect();
-            let found = gpu.multiselect(&input.data, &ranks, MultiselectAlgorithm::Auto).unwrap();
+            let found = gpu.multiselect(&input.data, &ranks, algorithm).unwrap();
             for (selection, &rank) in found.iter().zip(&ranks) {
-                assert_eq!(
-                    selection.value.to_bits(),
-                    input.ascending[rank].0.to_bits(),
-                    "multiselect {rank}"
-                );
+                let want = input.ascending[rank].0.to_bits();
+                assert_eq!(selection.value.to_bits(), want, "multiselect {rank} {algorithm:?}");
             }
         }
-        7 => {
+        13 => {
             let qs = [0.0, 0.1, 0.5, 0.99, 1.0];
             let options = QuantileOptions::new(QuantileMethod::Linear);
             let got = gpu.quantiles(&input.data, &qs, &options).unwrap();
             let want = reference::quantiles(&input.keys, &qs, QuantileMethod::Linear, NanPolicy::Propagate);
             assert_eq!(got, want, "quantiles");
+        }
+        14 => {
+            // Segments of 200 sorted (n is a multiple of 200), largest first.
+            let sorted = gpu.sort_segments(&input.data, 200, Order::Largest).unwrap();
+            let keys = gpu.download(&sorted.keys).unwrap();
+            for (segment, got) in input.keys.chunks(200).zip(keys.chunks(200)) {
+                let mut want = segment.to_vec();
+                want.sort_by(|a, b| b.total_cmp(a));
+                assert_eq!(got, want, "segment sort");
+            }
         }
         _ => {
             // k-NN over the keys as 4-component vectors, against themselves.
@@ -110,12 +168,13 @@ fn inputs(gpu: &Gpu) -> Vec<Input> {
 #[test]
 fn eight_threads_share_one_handle_with_mixed_calls() {
     let gpu = gpu();
-    // 10^4 calls per thread on a GPU (8 · 10^4 in all); a few on the emulator, or as many
+    // 10^4 calls per thread on a GPU (8 · 10^4 in all); every kind once per thread on the
+    // emulator; or as many
     // as GPU_SELECT_STRESS_CALLS says (a handful under compute-sanitizer).
-    let calls = std::env::var("GPU_SELECT_STRESS_CALLS")
+    let calls: usize = std::env::var("GPU_SELECT_STRESS_CALLS")
         .ok()
         .and_then(|calls| calls.parse().ok())
-        .unwrap_or(if on_emulator(&gpu) { 18 } else { 10_000 });
+        .unwrap_or(if on_emulator(&gpu) { KINDS } else { 10_000 });
     let inputs = inputs(&gpu);
     let started = std::time::Instant::now();
     std::thread::scope(|scope| {
@@ -125,7 +184,7 @@ fn eight_threads_share_one_handle_with_mixed_calls() {
                 let mut rng = StdRng::seed_from_u64(thread);
                 for call in 0..calls {
                     let input = &inputs[rng.random_range(0..inputs.len())];
-                    mixed_call(&gpu, input, call + thread as usize, &mut rng);
+                    mixed_call(&gpu, input, call * 8 + thread as usize, &mut rng);
                 }
             });
         }

@@ -27,8 +27,10 @@ for step in "${steps[@]}"; do
       timeout 90 /tmp/test-robustness --include-ignored --test-threads=1 --nocapture 2>&1 \
         | grep -E "^test |result|mixed calls|filled|calls answered|nothing was|not an out-of-memory|full device|run on" || status=1 ;;
     sanitize) unpack test-knn; unpack test-robustness
-      # Every kernel family the mix calls (top-k of four algorithms, rows, selections,
-      # multiselect and quantiles, k-NN), a few calls per thread, and k-NN's three kernels.
+      # Every kernel family the mix calls (16 kinds: top-k by every algorithm and fused,
+      # rows, exact and approximate selection, both multiselects, quantiles, segment sorts,
+      # k-NN; 2 calls per thread make every kind), and k-NN's three kernels. (Runs 150-151
+      # sanitized the mix of 001c73f, 9 kinds.)
       for tool in ${SANITIZERS:-memcheck racecheck synccheck initcheck}; do
         for run in "/tmp/test-knn ${KNN_SANITIZED:-non_finite}" "/tmp/test-robustness eight_threads"; do
           echo "--- $tool: $run"
