@@ -7,7 +7,9 @@
 mod common;
 
 use common::{gpu, on_emulator};
-use gpu_select::{Error, Gpu, Metric, Neighbours, Tuning, Vectors};
+use gpu_select::{Error, Gpu, Metric, Neighbours, Tuning, VectorComponent, Vectors};
+use gpu_select_kernels::knn::{Bf16Bits, Component, F16Bits};
+use half::{bf16, f16};
 use rand::{RngExt, SeedableRng, rngs::StdRng};
 
 /// The exact distance (or similarity) of two vectors, in f64.
@@ -331,5 +333,75 @@ fn bad_input_gets_clear_errors() {
         let elsewhere = Gpu::emulator().upload(&[0.0f32; 3]).unwrap();
         let foreign = index.search(Vectors::new(&elsewhere, 1, 3).unwrap(), 1);
         assert!(matches!(foreign, Err(Error::InvalidArgument { .. })), "{foreign:?}");
+    }
+}
+
+#[test]
+fn half_precision_components_widen_exactly() {
+    // Every bit pattern, against the half crate's conversions.
+    for bits in 0..=u16::MAX {
+        let (mine, theirs) = (F16Bits(bits).to_f32(), f16::from_bits(bits).to_f32());
+        assert!(
+            mine.to_bits() == theirs.to_bits() || mine.is_nan() && theirs.is_nan(),
+            "f16 {bits:#06x}: {mine} {theirs}"
+        );
+        let (mine, theirs) = (Bf16Bits(bits).to_f32(), bf16::from_bits(bits).to_f32());
+        assert!(
+            mine.to_bits() == theirs.to_bits() || mine.is_nan() && theirs.is_nan(),
+            "bf16 {bits:#06x}: {mine} {theirs}"
+        );
+    }
+}
+
+/// A search with vectors stored as `T`, and the same values as `f32`.
+fn search_as<T: VectorComponent>(
+    gpu: &Gpu,
+    (queries, base): (&[T], &[T]),
+    dim: usize,
+    k: usize,
+    metric: Metric,
+) -> (Vec<f32>, Vec<u64>) {
+    let (q, b) = (gpu.upload(queries).unwrap(), gpu.upload(base).unwrap());
+    let index = gpu.flat_index(Vectors::new(&b, base.len() / dim, dim).unwrap(), metric).unwrap();
+    download(gpu, &index.search(Vectors::new(&q, queries.len() / dim, dim).unwrap(), k).unwrap())
+}
+
+#[test]
+fn half_precision_vectors_search_as_their_f32_values() {
+    let gpu = gpu();
+    let mut rng = StdRng::seed_from_u64(16);
+    let (queries_count, base_count, dim) = (70, 300, 19);
+    // Small integers are exact in both 16-bit formats: the searches must equal the f32
+    // search of the same values bit for bit (the kernels widen exactly, then do the same
+    // arithmetic).
+    let small = |count: usize, rng: &mut StdRng| -> Vec<f32> {
+        (0..count * dim).map(|_| rng.random_range(-20..=20) as f32).collect()
+    };
+    let (queries, base) = (small(queries_count, &mut rng), small(base_count, &mut rng));
+    let to = |values: &[f32], f: fn(f32) -> f16| values.iter().map(|&v| f(v)).collect::<Vec<_>>();
+    let (queries16, base16) = (to(&queries, f16::from_f32), to(&base, f16::from_f32));
+    let (queries_bf, base_bf): (Vec<bf16>, Vec<bf16>) = (
+        queries.iter().map(|&v| bf16::from_f32(v)).collect(),
+        base.iter().map(|&v| bf16::from_f32(v)).collect(),
+    );
+    for metric in [Metric::L2, Metric::InnerProduct, Metric::Cosine] {
+        for k in [1, 13, 300] {
+            let want = search(&gpu, &queries, &base, dim, k, metric);
+            assert_eq!(search_as(&gpu, (&queries16, &base16), dim, k, metric), want, "f16 {metric:?} k={k}");
+            assert_eq!(
+                search_as(&gpu, (&queries_bf, &base_bf), dim, k, metric),
+                want,
+                "bf16 {metric:?} k={k}"
+            );
+        }
+    }
+    // Random values: against the brute force of the values as stored (widened).
+    let queries: Vec<f16> =
+        random_vectors(&mut rng, queries_count, dim).into_iter().map(f16::from_f32).collect();
+    let base: Vec<f16> = random_vectors(&mut rng, base_count, dim).into_iter().map(f16::from_f32).collect();
+    let widened = |values: &[f16]| values.iter().map(|v| v.to_f32()).collect::<Vec<_>>();
+    for metric in [Metric::L2, Metric::Cosine] {
+        let found = search_as(&gpu, (&queries, &base), dim, 10, metric);
+        check(&widened(&queries), &widened(&base), dim, 10, metric, false, (&found.0, &found.1));
     }
 }

@@ -68,8 +68,12 @@ fn every_table_kernel_is_exported_with_the_host_parameter_size() {
                 _ if name.starts_with("probe_") => size_of::<ProbeParams>(),
                 "read_floor_u32" => size_of::<ReadFloorParams>(),
                 "gather_selected_indices" => size_of::<gpu_select_kernels::gather::GatherIndicesParams>(),
-                "knn_norms" => size_of::<gpu_select_kernels::knn::norms::NormsParams>(),
-                "knn_distance_tile" => size_of::<gpu_select_kernels::knn::tile::DistanceTileParams>(),
+                _ if name.starts_with("knn_norms_") => {
+                    size_of::<gpu_select_kernels::knn::norms::NormsParams<f32>>()
+                }
+                _ if name.starts_with("knn_distance_tile_") => {
+                    size_of::<gpu_select_kernels::knn::tile::DistanceTileParams<f32>>()
+                }
                 "knn_place" => size_of::<gpu_select_kernels::knn::place::PlaceParams>(),
                 _ => panic!("{name}: add its parameter struct to this test"),
             };
@@ -124,9 +128,11 @@ fn the_intended_instructions_are_emitted() {
     }
     // The distance tile's product reads its shared stages as 16-byte vectors, and fuses
     // each multiply-add.
-    let tile = entry_body(ptx, "knn_distance_tile");
-    for instruction in ["ld.shared.v4", "fma.rn.f32", "bar.sync"] {
-        assert!(tile.contains(instruction), "knn_distance_tile lacks {instruction}");
+    for storage in ["f32", "f16", "bf16"] {
+        let tile = entry_body(ptx, &format!("knn_distance_tile_{storage}"));
+        for instruction in ["ld.shared.v4", "fma.rn.f32", "bar.sync"] {
+            assert!(tile.contains(instruction), "knn_distance_tile_{storage} lacks {instruction}");
+        }
     }
     let read = entry_body(ptx, "read_floor_u32");
     assert!(read.contains("ld.global.v4") || read.contains("ld.v4"), "the read pass uses 16-byte loads");

@@ -9,9 +9,10 @@ use crate::bandwidth::{ReadFloorParams, read_floor};
 use crate::block::bitonic_sort::sort_segments;
 use crate::gather::{GatherIndicesParams, gather_indices};
 use crate::key::Key;
-use crate::knn::norms::{NormsParams, squared_norms};
+use crate::knn::norms::{NormsParams, squared_norms_bf16, squared_norms_f16, squared_norms_f32};
 use crate::knn::place::{PlaceParams, place_neighbours};
-use crate::knn::tile::{DistanceTileParams, distance_tile};
+use crate::knn::tile::{DistanceTileParams, distance_tile_bf16, distance_tile_f16, distance_tile_f32};
+use crate::knn::{Bf16Bits, F16Bits};
 use crate::merge::{MergeParams, merge_runs};
 use crate::params::BlockSortParams;
 use crate::probe::{ProbeParams, global_atomics, indices, shared_memory, warp_collectives};
@@ -214,10 +215,18 @@ crate::__kernel_table! {
         READ_FLOOR = read_floor_u32(ReadFloorParams) => read_floor;
         /// The caller's indices for selected positions.
         GATHER_INDICES = gather_selected_indices(GatherIndicesParams) => gather_indices;
-        /// k-NN: squared norms of vectors.
-        KNN_NORMS = knn_norms(NormsParams) => squared_norms;
-        /// k-NN: a tile of distances (a tiled matrix product and its epilogue).
-        KNN_DISTANCE_TILE = knn_distance_tile(DistanceTileParams) => distance_tile;
+        /// k-NN: squared norms of `f32` vectors.
+        KNN_NORMS_F32 = knn_norms_f32(NormsParams<f32>) => squared_norms_f32;
+        /// k-NN: squared norms of binary16 vectors.
+        KNN_NORMS_F16 = knn_norms_f16(NormsParams<F16Bits>) => squared_norms_f16;
+        /// k-NN: squared norms of bfloat16 vectors.
+        KNN_NORMS_BF16 = knn_norms_bf16(NormsParams<Bf16Bits>) => squared_norms_bf16;
+        /// k-NN: a tile of distances of `f32` vectors (a tiled matrix product and its epilogue).
+        KNN_DISTANCE_TILE_F32 = knn_distance_tile_f32(DistanceTileParams<f32>) => distance_tile_f32;
+        /// k-NN: a tile of distances of binary16 vectors.
+        KNN_DISTANCE_TILE_F16 = knn_distance_tile_f16(DistanceTileParams<F16Bits>) => distance_tile_f16;
+        /// k-NN: a tile of distances of bfloat16 vectors.
+        KNN_DISTANCE_TILE_BF16 = knn_distance_tile_bf16(DistanceTileParams<Bf16Bits>) => distance_tile_bf16;
         /// k-NN: neighbours moved into their rows (offsets, signs, a graph's own index).
         KNN_PLACE = knn_place(PlaceParams) => place_neighbours;
         /// Probe of thread, block and grid indices.

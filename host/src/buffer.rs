@@ -18,7 +18,7 @@ pub unsafe trait DeviceValue: Copy + Send + Sync + Default + std::fmt::Debug + '
 macro_rules! device_values {
     ($($t:ty),*) => { $(unsafe impl DeviceValue for $t {})* };
 }
-device_values!(u8, u16, u32, u64, i8, i16, i32, i64, f32, f64);
+device_values!(u8, u16, u32, u64, i8, i16, i32, i64, f32, f64, half::f16, half::bf16);
 
 /// `len` values of `T` on the device of a [`Gpu`]. Keeps its `Gpu` alive; freed on drop.
 ///

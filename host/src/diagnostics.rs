@@ -7,7 +7,7 @@ use gpu_select_kernels::entry::{KernelId, PROBE_GLOBAL_ATOMICS, PROBE_INDICES, P
 pub use gpu_select_kernels::probe::{GLOBAL_SCRATCH_WORDS, PROBE_SLOTS};
 use gpu_select_kernels::probe::{ProbeParams, SharedProbeLayout};
 
-use crate::api::{FlatIndex, Vectors};
+use crate::api::{FlatIndex, VectorComponent, Vectors};
 pub use crate::bandwidth::{queue_read_pass, read_pass};
 use crate::buffer::DeviceBuffer;
 use crate::error::{Error, Result};
@@ -103,9 +103,9 @@ pub fn run_probe(
 /// assert_eq!(gpu.download(&out)?, [4.0, 1.0, 1.0]);
 /// # Ok::<(), gpu_select::Error>(())
 /// ```
-pub fn knn_distances(
-    index: &FlatIndex<'_>,
-    queries: &Vectors<'_>,
+pub fn knn_distances<T: VectorComponent>(
+    index: &FlatIndex<'_, T>,
+    queries: &Vectors<'_, T>,
     out: &mut DeviceBuffer<f32>,
 ) -> Result<()> {
     index.queue_distances(queries, out)

@@ -24,10 +24,64 @@
 //!
 //! Every metric is selected smallest first, so a NaN distance (a vector with a NaN, or
 //! `inf − inf`) ranks after every number, under every metric.
+//!
+//! Vectors are stored as `f32`, or as 16-bit floats ([`F16Bits`], [`Bf16Bits`]: half the
+//! bytes) that the kernels widen to `f32` as they read them ([`Component`]); the products
+//! and distances are `f32` either way.
 
 pub mod norms;
 pub mod place;
 pub mod tile;
+
+/// A stored vector component, widened to `f32` where a kernel reads it. Each widening is
+/// exact, and the same integer code on the GPU and in the emulator.
+pub trait Component: Copy + Default + Send + Sync + 'static {
+    /// The component as an `f32`.
+    fn to_f32(self) -> f32;
+}
+
+impl Component for f32 {
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        self
+    }
+}
+
+/// An IEEE 754 binary16 value, as its bits (the host's `half::f16`).
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct F16Bits(pub u16);
+
+impl Component for F16Bits {
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        let bits = self.0 as u32;
+        let sign = (bits & 0x8000) << 16;
+        let exponent = (bits >> 10) & 0x1f;
+        let mantissa = bits & 0x3ff;
+        let magnitude = match exponent {
+            // Zero and subnormals: mantissa · 2^-24, exact in f32.
+            0 => (mantissa as f32 * (1.0 / 16_777_216.0)).to_bits(),
+            // Infinities and NaNs (the payload kept in the high mantissa bits).
+            0x1f => 0x7f80_0000 | mantissa << 13,
+            // Normal: rebias the exponent (15 → 127).
+            _ => (exponent + 112) << 23 | mantissa << 13,
+        };
+        f32::from_bits(sign | magnitude)
+    }
+}
+
+/// A bfloat16 value, as its bits (the host's `half::bf16`): the high half of an `f32`.
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Bf16Bits(pub u16);
+
+impl Component for Bf16Bits {
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        f32::from_bits((self.0 as u32) << 16)
+    }
+}
 
 /// How distances are measured (`DistanceTileParams::metric`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

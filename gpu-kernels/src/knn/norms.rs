@@ -1,17 +1,18 @@
 //! Squared norms of vectors: a warp per vector, lanes over its components, a butterfly sum.
 
+use super::{Bf16Bits, Component, F16Bits};
 use crate::device::{self, FULL_WARP};
 use crate::params::GlobalPtr;
 
 /// Threads per block of [`squared_norms`] (a warp per vector).
 pub const NORMS_THREADS: u32 = 256;
 
-/// Parameters of `knn_norms`.
+/// Parameters of `knn_norms_<storage>`.
 #[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct NormsParams {
+#[derive(Debug)]
+pub struct NormsParams<S> {
     /// `count` vectors of `dim` components, vector `i` at `i · stride`.
-    pub vectors: GlobalPtr<f32>,
+    pub vectors: GlobalPtr<S>,
     /// Components from one vector's start to the next's.
     pub stride: u64,
     /// Number of vectors.
@@ -22,11 +23,19 @@ pub struct NormsParams {
     pub out: GlobalPtr<f32>,
 }
 
-/// The `knn_norms` kernel: `out[i] = Σ_j vectors[i · stride + j]²`.
+impl<S> Clone for NormsParams<S> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<S> Copy for NormsParams<S> {}
+
+/// The `knn_norms_<storage>` kernel: `out[i] = Σ_j vectors[i · stride + j]²`, in `f32`.
 ///
 /// # Safety
 /// Blocks of whole warps; the vectors and `out` in bounds.
-pub unsafe fn squared_norms(params: NormsParams) {
+#[inline(always)]
+pub unsafe fn squared_norms<S: Component>(params: NormsParams<S>) {
     let warps_per_block = (device::block_dim_x() / 32) as u64;
     let warps = device::grid_dim_x() as u64 * warps_per_block;
     let lane = device::lane_id() as u64;
@@ -37,7 +46,7 @@ pub unsafe fn squared_norms(params: NormsParams) {
         let mut sum = 0.0f32;
         let mut j = lane;
         while j < params.dim {
-            let x = unsafe { params.vectors.read(start + j) };
+            let x = unsafe { params.vectors.read(start + j) }.to_f32();
             sum = device::fma_f32(x, x, sum);
             j += 32;
         }
@@ -51,4 +60,28 @@ pub unsafe fn squared_norms(params: NormsParams) {
         }
         vector += warps;
     }
+}
+
+/// [`squared_norms`] of `f32` vectors.
+///
+/// # Safety
+/// As [`squared_norms`].
+pub unsafe fn squared_norms_f32(params: NormsParams<f32>) {
+    unsafe { squared_norms(params) }
+}
+
+/// [`squared_norms`] of binary16 vectors.
+///
+/// # Safety
+/// As [`squared_norms`].
+pub unsafe fn squared_norms_f16(params: NormsParams<F16Bits>) {
+    unsafe { squared_norms(params) }
+}
+
+/// [`squared_norms`] of bfloat16 vectors.
+///
+/// # Safety
+/// As [`squared_norms`].
+pub unsafe fn squared_norms_bf16(params: NormsParams<Bf16Bits>) {
+    unsafe { squared_norms(params) }
 }

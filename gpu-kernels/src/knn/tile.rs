@@ -19,7 +19,7 @@
 //! stage, no bank conflict). Components past the dimension, and vectors past the tile's
 //! end, are read as zeros; distances are written only inside the tile.
 
-use super::{Metric, tile_distance};
+use super::{Bf16Bits, Component, F16Bits, Metric, tile_distance};
 use crate::device::{self, SharedLayout, SharedRegion};
 use crate::params::GlobalPtr;
 
@@ -39,18 +39,18 @@ const STAGES: usize = 2;
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Four(pub [f32; 4]);
 
-/// Parameters of `knn_distance_tile`.
+/// Parameters of `knn_distance_tile_<storage>`.
 #[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct DistanceTileParams {
+#[derive(Debug)]
+pub struct DistanceTileParams<S> {
     /// The first query of the tile; query `i` at `i · query_stride`.
-    pub queries: GlobalPtr<f32>,
+    pub queries: GlobalPtr<S>,
     /// Components from one query's start to the next's.
     pub query_stride: u64,
     /// The queries' squared norms (null for the inner product).
     pub query_norms: GlobalPtr<f32>,
     /// The first base vector of the tile; vector `j` at `j · base_stride`.
-    pub base: GlobalPtr<f32>,
+    pub base: GlobalPtr<S>,
     /// Components from one base vector's start to the next's.
     pub base_stride: u64,
     /// The base vectors' squared norms (null for the inner product).
@@ -68,6 +68,13 @@ pub struct DistanceTileParams {
     /// [`Metric::to_raw`].
     pub metric: u32,
 }
+
+impl<S> Clone for DistanceTileParams<S> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<S> Copy for DistanceTileParams<S> {}
 
 /// The shared memory of the kernel: both tiles' stages, component-major.
 #[derive(Clone, Copy, Debug)]
@@ -102,10 +109,10 @@ pub const fn distance_grid(query_count: u64, base_count: u64) -> (u64, u64) {
 }
 
 /// This thread's `DEPTH / 2` components of one vector of a tile, from component `first`
-/// on: zeros past the dimension or past the tile's last vector.
+/// on, widened to `f32`: zeros past the dimension or past the tile's last vector.
 #[inline(always)]
-unsafe fn load_quarter(
-    vectors: GlobalPtr<f32>,
+unsafe fn load_quarter<S: Component>(
+    vectors: GlobalPtr<S>,
     stride: u64,
     count: u64,
     dim: u64,
@@ -117,14 +124,14 @@ unsafe fn load_quarter(
         for (j, value) in values.iter_mut().enumerate() {
             let component = first + j as u64;
             if component < dim {
-                *value = unsafe { vectors.read(vector * stride + component) };
+                *value = unsafe { vectors.read(vector * stride + component) }.to_f32();
             }
         }
     }
     values
 }
 
-/// The `knn_distance_tile` kernel (module docs).
+/// The `knn_distance_tile_<storage>` kernel (module docs).
 ///
 /// # Safety
 /// [`DISTANCE_THREADS`] threads, [`DistanceLayout::bytes`] of shared memory, the grid of
@@ -132,7 +139,8 @@ unsafe fn load_quarter(
 // The patch's loops index registers by position (row i, column j) and compute the matrix
 // positions from the same i and j: plain ranges read best here.
 #[allow(clippy::needless_range_loop)]
-pub unsafe fn distance_tile(params: DistanceTileParams) {
+#[inline(always)]
+pub unsafe fn distance_tile<S: Component>(params: DistanceTileParams<S>) {
     let metric = Metric::from_raw(params.metric);
     let thread = device::thread_idx_x() as usize;
     let (tx, ty) = (thread % 16, thread / 16);
@@ -236,4 +244,28 @@ pub unsafe fn distance_tile(params: DistanceTileParams) {
             }
         }
     }
+}
+
+/// [`distance_tile`] of `f32` vectors.
+///
+/// # Safety
+/// As [`distance_tile`].
+pub unsafe fn distance_tile_f32(params: DistanceTileParams<f32>) {
+    unsafe { distance_tile(params) }
+}
+
+/// [`distance_tile`] of binary16 vectors.
+///
+/// # Safety
+/// As [`distance_tile`].
+pub unsafe fn distance_tile_f16(params: DistanceTileParams<F16Bits>) {
+    unsafe { distance_tile(params) }
+}
+
+/// [`distance_tile`] of bfloat16 vectors.
+///
+/// # Safety
+/// As [`distance_tile`].
+pub unsafe fn distance_tile_bf16(params: DistanceTileParams<Bf16Bits>) {
+    unsafe { distance_tile(params) }
 }

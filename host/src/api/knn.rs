@@ -1,17 +1,27 @@
-//! Exact k-nearest-neighbour search over `f32` vectors: a flat index (the base vectors and
-//! their norms, computed once) searched by batches of queries, and the k-NN graph of a base.
+//! Exact k-nearest-neighbour search over vectors of `f32`, `half::f16` or `half::bf16`: a
+//! flat index (the base vectors and their norms, computed once) searched by batches of
+//! queries, and the k-NN graph of a base.
 
 use gpu_select_kernels::knn::Metric;
 
 use crate::buffer::DeviceBuffer;
-use crate::engine::knn::{KnnRun, VectorSet};
+use crate::engine::knn::{KnnRun, KnnStorage, VectorSet};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::results::{Neighbours, TopK};
 use crate::view::DeviceSlice;
 
-/// Vectors on the device: `count` rows of `dim` components, row-major, row `i` starting at
-/// component `i · stride` (`stride ≥ dim`; BLAS's leading dimension).
+/// What vector components may be stored as: `f32`, or half the bytes as `half::f16` or
+/// `half::bf16` (widened to `f32` exactly as the kernels read them; every product and
+/// distance is `f32`).
+pub trait VectorComponent: KnnStorage {}
+impl VectorComponent for f32 {}
+impl VectorComponent for half::f16 {}
+impl VectorComponent for half::bf16 {}
+
+/// Vectors on the device: `count` rows of `dim` components (`f32` unless named:
+/// [`VectorComponent`]), row-major, row `i` starting at component `i · stride`
+/// (`stride ≥ dim`; BLAS's leading dimension).
 ///
 /// ```
 /// use gpu_select::{Gpu, Vectors};
@@ -27,20 +37,20 @@ use crate::view::DeviceSlice;
 /// # Ok::<(), gpu_select::Error>(())
 /// ```
 #[derive(Debug)]
-pub struct Vectors<'a> {
-    data: DeviceSlice<'a, f32>,
+pub struct Vectors<'a, T: VectorComponent = f32> {
+    data: DeviceSlice<'a, T>,
     count: usize,
     dim: usize,
     stride: usize,
 }
 
-impl<'a> Vectors<'a> {
+impl<'a, T: VectorComponent> Vectors<'a, T> {
     /// `count` vectors of `dim` components stored one after another: `data` holds exactly
     /// `count · dim` values.
     ///
     /// Errors: [`Error::EmptyInput`] for no vectors or no components;
     /// [`Error::LengthMismatch`] when `data` holds another number of values.
-    pub fn new(data: impl Into<DeviceSlice<'a, f32>>, count: usize, dim: usize) -> Result<Self> {
+    pub fn new(data: impl Into<DeviceSlice<'a, T>>, count: usize, dim: usize) -> Result<Self> {
         let data = data.into();
         if count == 0 || dim == 0 {
             return Err(Error::EmptyInput);
@@ -62,7 +72,7 @@ impl<'a> Vectors<'a> {
     /// Errors: [`Error::EmptyInput`]; [`Error::InvalidArgument`] for `stride < dim`;
     /// [`Error::LengthMismatch`] when `data` is too short.
     pub fn strided(
-        data: impl Into<DeviceSlice<'a, f32>>,
+        data: impl Into<DeviceSlice<'a, T>>,
         count: usize,
         dim: usize,
         stride: usize,
@@ -100,7 +110,7 @@ impl<'a> Vectors<'a> {
         self.dim
     }
 
-    fn set(&self) -> VectorSet {
+    fn set(&self) -> VectorSet<T> {
         VectorSet { data: self.data.buffer().global_ptr(), count: self.count, stride: self.stride }
     }
 }
@@ -133,15 +143,15 @@ impl<'a> Vectors<'a> {
 /// # Ok::<(), gpu_select::Error>(())
 /// ```
 #[derive(Debug)]
-pub struct FlatIndex<'a> {
+pub struct FlatIndex<'a, T: VectorComponent = f32> {
     gpu: Gpu,
-    base: Vectors<'a>,
+    base: Vectors<'a, T>,
     metric: Metric,
     /// The base's squared norms (one value, unused, for the inner product).
     norms: DeviceBuffer<f32>,
 }
 
-impl<'a> FlatIndex<'a> {
+impl<'a, T: VectorComponent> FlatIndex<'a, T> {
     /// Number of base vectors.
     pub fn len(&self) -> usize {
         self.base.count
@@ -168,7 +178,7 @@ impl<'a> FlatIndex<'a> {
     ///
     /// Errors: [`Error::InvalidArgument`] for queries of another dimension, or on another
     /// device; [`Error::KOutOfRange`] unless `1 ≤ k ≤` the base's size.
-    pub fn search(&self, queries: Vectors<'_>, k: usize) -> Result<Neighbours> {
+    pub fn search(&self, queries: Vectors<'_, T>, k: usize) -> Result<Neighbours> {
         queries.data.buffer().check_gpu(&self.gpu, "the queries")?;
         if queries.dim != self.base.dim {
             return Err(Error::invalid(format!(
@@ -189,7 +199,7 @@ impl<'a> FlatIndex<'a> {
 
     /// [`FlatIndex::search`] of queries in a host slice (`count · dim` values): uploads
     /// them, searches, downloads `(distances, indices)`.
-    pub fn search_host(&self, queries: &[f32], k: usize) -> Result<(Vec<f32>, Vec<u64>)> {
+    pub fn search_host(&self, queries: &[T], k: usize) -> Result<(Vec<f32>, Vec<u64>)> {
         if !queries.len().is_multiple_of(self.base.dim) {
             return Err(Error::invalid(format!(
                 "{} values do not make vectors of {} components",
@@ -233,7 +243,11 @@ impl<'a> FlatIndex<'a> {
     /// Queues every distance of `queries` to the base into `out` (`queries.count() · len()`,
     /// row after row), as the search ranks them: similarities negated. A measurement hook
     /// ([`crate::diagnostics::knn_distances`]).
-    pub(crate) fn queue_distances(&self, queries: &Vectors<'_>, out: &mut DeviceBuffer<f32>) -> Result<()> {
+    pub(crate) fn queue_distances(
+        &self,
+        queries: &Vectors<'_, T>,
+        out: &mut DeviceBuffer<f32>,
+    ) -> Result<()> {
         queries.data.buffer().check_gpu(&self.gpu, "the queries")?;
         out.check_gpu(&self.gpu, "the distances")?;
         let len = queries
@@ -254,7 +268,7 @@ impl<'a> FlatIndex<'a> {
         )
     }
 
-    fn run(&self, queries: VectorSet, k: usize, drop_own: bool) -> Result<Neighbours> {
+    fn run(&self, queries: VectorSet<T>, k: usize, drop_own: bool) -> Result<Neighbours> {
         let len = queries.count.checked_mul(k).ok_or_else(|| Error::invalid("queries · k overflows"))?;
         let mut out =
             TopK { values: self.gpu.alloc_uninit::<f32>(len)?, indices: self.gpu.alloc_uninit::<u64>(len)? };
@@ -271,7 +285,11 @@ impl Gpu {
     ///
     /// Errors: [`Error::InvalidArgument`] for a base on another device, or of `2^32 − 1`
     /// vectors or more (distances are ranked with 32-bit positions per column tile).
-    pub fn flat_index<'a>(&self, base: Vectors<'a>, metric: Metric) -> Result<FlatIndex<'a>> {
+    pub fn flat_index<'a, T: VectorComponent>(
+        &self,
+        base: Vectors<'a, T>,
+        metric: Metric,
+    ) -> Result<FlatIndex<'a, T>> {
         base.data.buffer().check_gpu(self, "the base vectors")?;
         if base.count >= u32::MAX as usize {
             return Err(Error::invalid(format!("{} base vectors: at most 2^32 − 2", base.count)));
@@ -301,10 +319,10 @@ impl Gpu {
     /// assert_eq!(gpu.download(&found.distances)?, [0.8, 0.6, -0.8]);
     /// # Ok::<(), gpu_select::Error>(())
     /// ```
-    pub fn knn(
+    pub fn knn<T: VectorComponent>(
         &self,
-        queries: Vectors<'_>,
-        base: Vectors<'_>,
+        queries: Vectors<'_, T>,
+        base: Vectors<'_, T>,
         k: usize,
         metric: Metric,
     ) -> Result<Neighbours> {

@@ -8,15 +8,18 @@
 //! merge. The tiles are sized so that the distances and candidates held at once stay within
 //! [`Tuning::knn_tile_bytes`](crate::Tuning::knn_tile_bytes).
 
-use gpu_select_kernels::entry::{KNN_DISTANCE_TILE, KNN_NORMS, KNN_PLACE};
-use gpu_select_kernels::knn::Metric;
+use gpu_select_kernels::entry::{
+    KNN_DISTANCE_TILE_BF16, KNN_DISTANCE_TILE_F16, KNN_DISTANCE_TILE_F32, KNN_NORMS_BF16, KNN_NORMS_F16,
+    KNN_NORMS_F32, KNN_PLACE, KernelId,
+};
 use gpu_select_kernels::knn::norms::{NORMS_THREADS, NormsParams};
 use gpu_select_kernels::knn::place::{KEEP_ALL, PLACE_THREADS, PlaceParams};
 use gpu_select_kernels::knn::tile::{DISTANCE_THREADS, DistanceLayout, DistanceTileParams, distance_grid};
+use gpu_select_kernels::knn::{Bf16Bits, Component, F16Bits, Metric};
 use gpu_select_kernels::params::{GlobalPtr, Order};
 use gpu_select_kernels::warp::select::MAX_QUEUE_K;
 
-use crate::buffer::DeviceBuffer;
+use crate::buffer::{DeviceBuffer, DeviceValue};
 use crate::engine::rows::{RowsAlgorithm, RowsSpec};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, LaunchShape};
@@ -29,17 +32,59 @@ const MAX_ROW_BLOCKS: u64 = 4096;
 /// stays long.
 const QUERY_TILE_TARGET: usize = 1024;
 
-/// `count` vectors of `dim` components on the device, vector `i` at `i · stride`.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct VectorSet {
-    pub(crate) data: GlobalPtr<f32>,
+/// A type vectors are stored in, and its kernels: what the distance kernels read as
+/// [`Component`]s. Sealed by where it lives (public, in a crate-private module).
+pub trait KnnStorage: DeviceValue {
+    /// The kernels' view of the type (the same bits).
+    type Stored: Component;
+    /// Squared norms of vectors of this type.
+    const NORMS: KernelId<NormsParams<Self::Stored>>;
+    /// Distance tiles of vectors of this type.
+    const TILE: KernelId<DistanceTileParams<Self::Stored>>;
+}
+
+impl KnnStorage for f32 {
+    type Stored = f32;
+    const NORMS: KernelId<NormsParams<f32>> = KNN_NORMS_F32;
+    const TILE: KernelId<DistanceTileParams<f32>> = KNN_DISTANCE_TILE_F32;
+}
+
+impl KnnStorage for half::f16 {
+    type Stored = F16Bits;
+    const NORMS: KernelId<NormsParams<F16Bits>> = KNN_NORMS_F16;
+    const TILE: KernelId<DistanceTileParams<F16Bits>> = KNN_DISTANCE_TILE_F16;
+}
+
+impl KnnStorage for half::bf16 {
+    type Stored = Bf16Bits;
+    const NORMS: KernelId<NormsParams<Bf16Bits>> = KNN_NORMS_BF16;
+    const TILE: KernelId<DistanceTileParams<Bf16Bits>> = KNN_DISTANCE_TILE_BF16;
+}
+
+/// `count` vectors of `dim` components on the device, vector `i` at `i · stride` (the
+/// address of its first component).
+#[derive(Debug)]
+pub(crate) struct VectorSet<T> {
+    pub(crate) data: GlobalPtr<T>,
     pub(crate) count: usize,
     pub(crate) stride: usize,
 }
 
-impl VectorSet {
-    fn part(self, first: usize, count: usize) -> VectorSet {
+impl<T> Clone for VectorSet<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for VectorSet<T> {}
+
+impl<T: KnnStorage> VectorSet<T> {
+    fn part(self, first: usize, count: usize) -> Self {
         VectorSet { data: self.data.offset((first * self.stride) as u64), count, stride: self.stride }
+    }
+
+    /// The kernels' pointer: the same address, as the stored bits.
+    fn stored(self) -> GlobalPtr<T::Stored> {
+        GlobalPtr::from_address(self.data.address())
     }
 }
 
@@ -103,26 +148,31 @@ pub(crate) struct KnnRun<'o> {
 
 impl Gpu {
     /// Queues the squared norms of `vectors` into `out`.
-    pub(crate) fn knn_norms(&self, vectors: VectorSet, dim: usize, out: GlobalPtr<f32>) -> Result<()> {
+    pub(crate) fn knn_norms<T: KnnStorage>(
+        &self,
+        vectors: VectorSet<T>,
+        dim: usize,
+        out: GlobalPtr<f32>,
+    ) -> Result<()> {
         let warps_per_block = (NORMS_THREADS / 32) as u64;
         let blocks = (vectors.count as u64).div_ceil(warps_per_block).min(MAX_ROW_BLOCKS) as u32;
         let shape = LaunchShape { grid: (blocks, 1), block_threads: NORMS_THREADS, shared_bytes: 0 };
         let params = NormsParams {
-            vectors: vectors.data,
+            vectors: vectors.stored(),
             stride: vectors.stride as u64,
             count: vectors.count as u64,
             dim: dim as u64,
             out,
         };
-        self.launch(KNN_NORMS, shape, params)
+        self.launch(T::NORMS, shape, params)
     }
 
     /// Queues a search of `queries` against `base` (both of `dim` components) into
     /// `run.out`, in tiles ([`KnnTiles::plan`] within the handle's tuning).
-    pub(crate) fn run_knn(
+    pub(crate) fn run_knn<T: KnnStorage>(
         &self,
-        queries: VectorSet,
-        base: VectorSet,
+        queries: VectorSet<T>,
+        base: VectorSet<T>,
         dim: usize,
         run: KnnRun<'_>,
     ) -> Result<()> {
@@ -275,10 +325,10 @@ impl Gpu {
     }
 
     /// Queues one distance tile: `queries × base` into `out` (row stride `base.count`).
-    pub(crate) fn knn_distance_tile(
+    pub(crate) fn knn_distance_tile<T: KnnStorage>(
         &self,
-        (queries, query_norms): (VectorSet, GlobalPtr<f32>),
-        (base, base_norms): (VectorSet, GlobalPtr<f32>),
+        (queries, query_norms): (VectorSet<T>, GlobalPtr<f32>),
+        (base, base_norms): (VectorSet<T>, GlobalPtr<f32>),
         dim: usize,
         metric: Metric,
         out: GlobalPtr<f32>,
@@ -293,10 +343,10 @@ impl Gpu {
             shared_bytes: DistanceLayout::new().bytes,
         };
         let params = DistanceTileParams {
-            queries: queries.data,
+            queries: queries.stored(),
             query_stride: queries.stride as u64,
             query_norms,
-            base: base.data,
+            base: base.stored(),
             base_stride: base.stride as u64,
             base_norms,
             out,
@@ -306,7 +356,7 @@ impl Gpu {
             dim: dim as u64,
             metric: metric.to_raw(),
         };
-        self.launch(KNN_DISTANCE_TILE, shape, params)
+        self.launch(T::TILE, shape, params)
     }
 
     /// Queues the move of `rows × width` neighbours of `from` into `to` (row `r` at
