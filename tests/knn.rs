@@ -7,7 +7,9 @@
 mod common;
 
 use common::{gpu, on_emulator};
-use gpu_select::{Error, Gpu, Metric, Neighbours, Tuning, VectorComponent, Vectors};
+use gpu_select::{
+    Error, Gpu, Metric, MultiGpuIndex, Neighbours, Placement, Tuning, VectorComponent, Vectors,
+};
 use gpu_select_kernels::knn::{Bf16Bits, Component, F16Bits};
 use half::{bf16, f16};
 use rand::{RngExt, SeedableRng, rngs::StdRng};
@@ -404,4 +406,69 @@ fn half_precision_vectors_search_as_their_f32_values() {
         let found = search_as(&gpu, (&queries, &base), dim, 10, metric);
         check(&widened(&queries), &widened(&base), dim, 10, metric, false, (&found.0, &found.1));
     }
+}
+
+/// Handles standing for several GPUs: every CUDA device there is (at least `count`
+/// handles, forked streams of the devices where there are fewer), or emulator instances.
+fn several_gpus(gpu: &Gpu, count: usize) -> Vec<Gpu> {
+    if on_emulator(gpu) {
+        return (0..count).map(|_| Gpu::emulator()).collect();
+    }
+    let mut devices: Vec<Gpu> = (0..8).map_while(|ordinal| Gpu::cuda(ordinal).ok()).collect();
+    let real = devices.len();
+    while devices.len() < count {
+        let forked = devices[devices.len() % real].fork_stream().unwrap();
+        devices.push(forked);
+    }
+    devices.truncate(count);
+    devices
+}
+
+#[test]
+fn several_gpus_sharded_or_replicated_equal_one() {
+    let gpu = gpu();
+    let mut rng = StdRng::seed_from_u64(37);
+    let (queries_count, base_count, dim) =
+        if on_emulator(&gpu) { (45, 400, 10) } else { (1000, 100_000, 64) };
+    let base = clustered_vectors(&mut rng, base_count, dim, 6);
+    let queries = clustered_vectors(&mut rng, queries_count, dim, 6);
+    for metric in [Metric::L2, Metric::InnerProduct, Metric::Cosine] {
+        let one = gpu.upload_flat_index(&base, dim, metric).unwrap();
+        for k in [1, 9, base_count / 3 + 5] {
+            let want = one.search_host(&queries, k).unwrap();
+            for handles in [1, 2, 3] {
+                let gpus = several_gpus(&gpu, handles);
+                for placement in [Placement::Sharded, Placement::Replicated] {
+                    let index = MultiGpuIndex::new(&gpus, &base, dim, metric, placement).unwrap();
+                    let got = index.search_host(&queries, k).unwrap();
+                    assert_eq!(got.1, want.1, "{metric:?} k={k} {handles} handles {placement:?}: indices");
+                    let bits = |v: &[f32]| v.iter().map(|d| d.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(
+                        bits(&got.0),
+                        bits(&want.0),
+                        "{metric:?} k={k} {handles} handles {placement:?}"
+                    );
+                }
+            }
+        }
+    }
+    // More handles than base vectors (some take no part), and fewer queries than handles.
+    let gpus = several_gpus(&gpu, 5);
+    let small: Vec<f32> = base[..3 * dim].to_vec();
+    for placement in [Placement::Sharded, Placement::Replicated] {
+        let index = MultiGpuIndex::new(&gpus, &small, dim, Metric::L2, placement).unwrap();
+        assert_eq!(index.len(), 3);
+        let want = gpu
+            .upload_flat_index(&small, dim, Metric::L2)
+            .unwrap()
+            .search_host(&queries[..2 * dim], 3)
+            .unwrap();
+        assert_eq!(index.search_host(&queries[..2 * dim], 3).unwrap(), want, "{placement:?}");
+        assert!(matches!(index.search_host(&queries[..2 * dim], 4), Err(Error::KOutOfRange { .. })));
+        assert!(matches!(index.search_host(&queries[..dim + 1], 1), Err(Error::InvalidArgument { .. })));
+    }
+    assert!(matches!(
+        MultiGpuIndex::new(&[] as &[Gpu], &small, dim, Metric::L2, Placement::Sharded),
+        Err(Error::InvalidArgument { .. })
+    ));
 }

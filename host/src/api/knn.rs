@@ -4,6 +4,8 @@
 
 use gpu_select_kernels::knn::Metric;
 
+use std::marker::PhantomData;
+
 use crate::buffer::DeviceBuffer;
 use crate::engine::knn::{KnnRun, KnnStorage, VectorSet};
 use crate::error::{Error, Result};
@@ -145,10 +147,15 @@ impl<'a, T: VectorComponent> Vectors<'a, T> {
 #[derive(Debug)]
 pub struct FlatIndex<'a, T: VectorComponent = f32> {
     gpu: Gpu,
-    base: Vectors<'a, T>,
+    base: VectorSet<T>,
+    dim: usize,
     metric: Metric,
     /// The base's squared norms (one value, unused, for the inner product).
     norms: DeviceBuffer<f32>,
+    /// The base, when the index holds it ([`Gpu::upload_flat_index`]).
+    _owned: Option<DeviceBuffer<T>>,
+    /// The caller's base, borrowed for as long as the index lives.
+    borrowed: PhantomData<DeviceSlice<'a, T>>,
 }
 
 impl<'a, T: VectorComponent> FlatIndex<'a, T> {
@@ -164,7 +171,7 @@ impl<'a, T: VectorComponent> FlatIndex<'a, T> {
 
     /// Components per vector.
     pub fn dim(&self) -> usize {
-        self.base.dim
+        self.dim
     }
 
     /// The metric it searches by.
@@ -180,10 +187,10 @@ impl<'a, T: VectorComponent> FlatIndex<'a, T> {
     /// device; [`Error::KOutOfRange`] unless `1 ≤ k ≤` the base's size.
     pub fn search(&self, queries: Vectors<'_, T>, k: usize) -> Result<Neighbours> {
         queries.data.buffer().check_gpu(&self.gpu, "the queries")?;
-        if queries.dim != self.base.dim {
+        if queries.dim != self.dim {
             return Err(Error::invalid(format!(
                 "queries of {} components searched in an index of {}",
-                queries.dim, self.base.dim
+                queries.dim, self.dim
             )));
         }
         if k == 0 || k > self.base.count {
@@ -200,15 +207,15 @@ impl<'a, T: VectorComponent> FlatIndex<'a, T> {
     /// [`FlatIndex::search`] of queries in a host slice (`count · dim` values): uploads
     /// them, searches, downloads `(distances, indices)`.
     pub fn search_host(&self, queries: &[T], k: usize) -> Result<(Vec<f32>, Vec<u64>)> {
-        if !queries.len().is_multiple_of(self.base.dim) {
+        if !queries.len().is_multiple_of(self.dim) {
             return Err(Error::invalid(format!(
                 "{} values do not make vectors of {} components",
                 queries.len(),
-                self.base.dim
+                self.dim
             )));
         }
         let data = self.gpu.upload(queries)?;
-        let found = self.search(Vectors::new(&data, queries.len() / self.base.dim, self.base.dim)?, k)?;
+        let found = self.search(Vectors::new(&data, queries.len() / self.dim, self.dim)?, k)?;
         Ok((self.gpu.download(&found.distances)?, self.gpu.download(&found.indices)?))
     }
 
@@ -237,7 +244,7 @@ impl<'a, T: VectorComponent> FlatIndex<'a, T> {
                 format!("a graph of {} vectors leaves each {} others", self.base.count, self.base.count - 1),
             ));
         }
-        self.run(self.base.set(), k, true)
+        self.run(self.base, k, true)
     }
 
     /// Queues every distance of `queries` to the base into `out` (`queries.count() · len()`,
@@ -254,15 +261,15 @@ impl<'a, T: VectorComponent> FlatIndex<'a, T> {
             .count
             .checked_mul(self.base.count)
             .ok_or_else(|| Error::invalid("queries · base overflows"))?;
-        if queries.dim != self.base.dim || out.len() != len {
+        if queries.dim != self.dim || out.len() != len {
             return Err(Error::invalid("queries of the index's dimension, and an output of queries · base"));
         }
         let query_norms = self.gpu.alloc_uninit::<f32>(queries.count)?;
         self.gpu.knn_norms(queries.set(), queries.dim, query_norms.global_ptr())?;
         self.gpu.knn_distance_tile(
             (queries.set(), query_norms.global_ptr()),
-            (self.base.set(), self.norms.global_ptr()),
-            self.base.dim,
+            (self.base, self.norms.global_ptr()),
+            self.dim,
             self.metric,
             out.global_ptr(),
         )
@@ -274,7 +281,7 @@ impl<'a, T: VectorComponent> FlatIndex<'a, T> {
             TopK { values: self.gpu.alloc_uninit::<f32>(len)?, indices: self.gpu.alloc_uninit::<u64>(len)? };
         let run =
             KnnRun { metric: self.metric, k, base_norms: self.norms.global_ptr(), drop_own, out: &mut out };
-        self.gpu.run_knn(queries, self.base.set(), self.base.dim, run)?;
+        self.gpu.run_knn(queries, self.base, self.dim, run)?;
         Ok(Neighbours { distances: out.values, indices: out.indices })
     }
 }
@@ -291,6 +298,51 @@ impl Gpu {
         metric: Metric,
     ) -> Result<FlatIndex<'a, T>> {
         base.data.buffer().check_gpu(self, "the base vectors")?;
+        self.index_of(base.set(), base.dim, metric, None)
+    }
+
+    /// An exact k-NN index that holds its base: `base` (`count · dim` values) uploaded to
+    /// this handle's device. The form for an index that outlives the caller's buffers, and
+    /// for several GPUs ([`MultiGpuIndex`]).
+    ///
+    /// Errors: as [`Vectors::new`] and [`Gpu::flat_index`].
+    ///
+    /// ```
+    /// use gpu_select::{Gpu, Metric};
+    ///
+    /// let gpu = Gpu::emulator();
+    /// let index = gpu.upload_flat_index(&[0.0f32, 1.0, 5.0], 1, Metric::L2)?;
+    /// assert_eq!(index.search_host(&[4.0], 1)?, (vec![1.0], vec![2]));
+    /// # Ok::<(), gpu_select::Error>(())
+    /// ```
+    pub fn upload_flat_index<T: VectorComponent>(
+        &self,
+        base: &[T],
+        dim: usize,
+        metric: Metric,
+    ) -> Result<FlatIndex<'static, T>> {
+        if dim == 0 || base.is_empty() {
+            return Err(Error::EmptyInput);
+        }
+        if !base.len().is_multiple_of(dim) {
+            return Err(Error::invalid(format!(
+                "{} values do not make vectors of {dim} components",
+                base.len()
+            )));
+        }
+        let data = self.upload(base)?;
+        let set = VectorSet { data: data.global_ptr(), count: base.len() / dim, stride: dim };
+        self.index_of(set, dim, metric, Some(data))
+    }
+
+    /// The index over `base` (on this handle's device), its norms queued.
+    fn index_of<'a, T: VectorComponent>(
+        &self,
+        base: VectorSet<T>,
+        dim: usize,
+        metric: Metric,
+        owned: Option<DeviceBuffer<T>>,
+    ) -> Result<FlatIndex<'a, T>> {
         if base.count >= u32::MAX as usize {
             return Err(Error::invalid(format!("{} base vectors: at most 2^32 − 2", base.count)));
         }
@@ -298,10 +350,10 @@ impl Gpu {
             self.alloc_uninit::<f32>(1)?
         } else {
             let norms = self.alloc_uninit::<f32>(base.count)?;
-            self.knn_norms(base.set(), base.dim, norms.global_ptr())?;
+            self.knn_norms(base, dim, norms.global_ptr())?;
             norms
         };
-        Ok(FlatIndex { gpu: self.clone(), base, metric, norms })
+        Ok(FlatIndex { gpu: self.clone(), base, dim, metric, norms, _owned: owned, borrowed: PhantomData })
     }
 
     /// The `k` nearest of `base` to each of `queries` by `metric`: a [`FlatIndex`] made
@@ -327,5 +379,213 @@ impl Gpu {
         metric: Metric,
     ) -> Result<Neighbours> {
         self.flat_index(base, metric)?.search(queries, k)
+    }
+}
+
+/// How a [`MultiGpuIndex`] spreads a base and its searches over several GPUs (Faiss's
+/// `IndexShards` and `IndexReplicas`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// Each GPU holds a share of the base (in order: the first GPU the first vectors) and
+    /// searches every query in it; one more k-selection merges the shares' best. The base
+    /// is held once over all the GPUs: for a base larger than one GPU's memory.
+    Sharded,
+    /// Each GPU holds the whole base and searches a share of the queries: for many queries
+    /// on a base that fits one GPU.
+    Replicated,
+}
+
+/// An exact k-NN index over several GPUs (or several handles of one, or the emulator): a
+/// [`FlatIndex`] per GPU, [sharded or replicated](Placement). Its results are the one-GPU
+/// index's, bit for bit: the same distances (each pair's arithmetic does not depend on the
+/// tiling), the same order, ties by lower base index. The GPUs work at once; their results
+/// meet on the first GPU, copied through the host.
+///
+/// ```
+/// use gpu_select::{Gpu, Metric, MultiGpuIndex, Placement};
+///
+/// // Two handles (on a machine with two GPUs: Gpu::cuda(0)?, Gpu::cuda(1)?).
+/// let gpus = [Gpu::emulator(), Gpu::emulator()];
+/// let base: Vec<f32> = (0..100).map(|i| i as f32).collect(); // 100 points on a line
+/// let index = MultiGpuIndex::new(&gpus, &base, 1, Metric::L2, Placement::Sharded)?;
+/// let (distances, indices) = index.search_host(&[49.6, 80.0], 2)?;
+/// assert_eq!(indices, [50, 49, 80, 79]); // 79 and 81 tie: the lower index
+/// assert_eq!(distances[2..], [0.0, 1.0]);
+/// # Ok::<(), gpu_select::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct MultiGpuIndex<T: VectorComponent = f32> {
+    parts: Vec<FlatIndex<'static, T>>,
+    /// Sharded: each part's first base index.
+    first: Vec<usize>,
+    placement: Placement,
+    len: usize,
+    dim: usize,
+    metric: Metric,
+}
+
+/// `count` items shared out over `parts` in order, as equal as can be: `(first, len)` each.
+fn shares(count: usize, parts: usize) -> Vec<(usize, usize)> {
+    let (short, longer) = (count / parts, count % parts);
+    (0..parts).map(|p| (p * short + p.min(longer), short + usize::from(p < longer))).collect()
+}
+
+impl<T: VectorComponent> MultiGpuIndex<T> {
+    /// Uploads `base` (`count · dim` values, host memory) to the GPUs of `gpus` as
+    /// `placement` says (a GPU left without vectors, when the base has fewer than there are
+    /// GPUs, takes no part), and computes each part's norms.
+    ///
+    /// Errors: [`Error::InvalidArgument`] for no GPUs, or values that do not make whole
+    /// vectors; [`Error::EmptyInput`]; what uploading returns ([`Error::OutOfMemory`]).
+    pub fn new(gpus: &[Gpu], base: &[T], dim: usize, metric: Metric, placement: Placement) -> Result<Self> {
+        if gpus.is_empty() {
+            return Err(Error::invalid("a multi-GPU index needs at least one GPU handle"));
+        }
+        if dim == 0 || base.is_empty() {
+            return Err(Error::EmptyInput);
+        }
+        if !base.len().is_multiple_of(dim) {
+            return Err(Error::invalid(format!(
+                "{} values do not make vectors of {dim} components",
+                base.len()
+            )));
+        }
+        let len = base.len() / dim;
+        let (mut parts, mut first) = (Vec::new(), Vec::new());
+        match placement {
+            Placement::Sharded => {
+                for (gpu, (start, count)) in gpus.iter().zip(shares(len, gpus.len())) {
+                    if count > 0 {
+                        parts.push(gpu.upload_flat_index(
+                            &base[start * dim..(start + count) * dim],
+                            dim,
+                            metric,
+                        )?);
+                        first.push(start);
+                    }
+                }
+            }
+            Placement::Replicated => {
+                for gpu in gpus {
+                    parts.push(gpu.upload_flat_index(base, dim, metric)?);
+                    first.push(0);
+                }
+            }
+        }
+        Ok(MultiGpuIndex { parts, first, placement, len, dim, metric })
+    }
+
+    /// Number of base vectors.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the index holds no vector (never: [`MultiGpuIndex::new`] refuses an empty
+    /// base).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Components per vector.
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    /// How the base and the searches are spread.
+    pub fn placement(&self) -> Placement {
+        self.placement
+    }
+
+    /// The handles that hold a part, in order (the first also merges the results).
+    pub fn gpus(&self) -> Vec<&Gpu> {
+        self.parts.iter().map(|part| &part.gpu).collect()
+    }
+
+    /// The `k` nearest base vectors of each query (`count · dim` values, host memory), as
+    /// [`FlatIndex::search`] gives them, on the first GPU. Waits for the GPUs' parts (their
+    /// results are copied to the first GPU through the host).
+    ///
+    /// Errors: [`Error::InvalidArgument`] for values that do not make whole vectors;
+    /// [`Error::EmptyInput`]; [`Error::KOutOfRange`] unless `1 ≤ k ≤ len()`.
+    pub fn search(&self, queries: &[T], k: usize) -> Result<Neighbours> {
+        if !queries.len().is_multiple_of(self.dim) {
+            return Err(Error::invalid(format!(
+                "{} values do not make vectors of {} components",
+                queries.len(),
+                self.dim
+            )));
+        }
+        let count = queries.len() / self.dim;
+        if count == 0 {
+            return Err(Error::EmptyInput);
+        }
+        if k == 0 || k > self.len {
+            return Err(Error::k_out_of_range(
+                k,
+                1,
+                self.len,
+                format!("the index holds {} vectors", self.len),
+            ));
+        }
+        let merger = &self.parts[0].gpu;
+        match self.placement {
+            Placement::Sharded => {
+                // Every part searches every query, all at once; then their best are laid
+                // side by side per query (similarities negated, so that the merge ranks
+                // as the one-GPU search does: NaN last) and selected once more.
+                let mut found = Vec::with_capacity(self.parts.len());
+                for part in &self.parts {
+                    let data = part.gpu.upload(queries)?;
+                    let kept = k.min(part.len());
+                    found.push((part.search(Vectors::new(&data, count, self.dim)?, kept)?, kept, data));
+                }
+                let width: usize = found.iter().map(|(_, kept, _)| kept).sum();
+                let (mut values, mut indices) = (vec![0.0f32; count * width], vec![0u64; count * width]);
+                let mut column = 0;
+                for ((neighbours, kept, _), &first) in found.iter().zip(&self.first) {
+                    let gpu = neighbours.distances.gpu();
+                    let (part_values, part_indices) =
+                        (gpu.download(&neighbours.distances)?, gpu.download(&neighbours.indices)?);
+                    for q in 0..count {
+                        for j in 0..*kept {
+                            let value = part_values[q * kept + j];
+                            values[q * width + column + j] =
+                                if self.metric.is_similarity() { -value } else { value };
+                            indices[q * width + column + j] = part_indices[q * kept + j] + first as u64;
+                        }
+                    }
+                    column += kept;
+                }
+                let candidates = TopK { values: merger.upload(&values)?, indices: merger.upload(&indices)? };
+                let best = merger.knn_merge(&candidates, (count, width), k, self.metric)?;
+                Ok(Neighbours { distances: best.values, indices: best.indices })
+            }
+            Placement::Replicated => {
+                // Each part searches its share of the queries; the shares' results, in
+                // query order, on the first GPU.
+                let mut found = Vec::new();
+                for (part, (start, share)) in self.parts.iter().zip(shares(count, self.parts.len())) {
+                    if share > 0 {
+                        let data = part.gpu.upload(&queries[start * self.dim..(start + share) * self.dim])?;
+                        found.push((part.search(Vectors::new(&data, share, self.dim)?, k)?, data));
+                    }
+                }
+                let (mut values, mut indices) =
+                    (Vec::with_capacity(count * k), Vec::with_capacity(count * k));
+                for (neighbours, _) in &found {
+                    let gpu = neighbours.distances.gpu();
+                    values.extend(gpu.download(&neighbours.distances)?);
+                    indices.extend(gpu.download(&neighbours.indices)?);
+                }
+                Ok(Neighbours { distances: merger.upload(&values)?, indices: merger.upload(&indices)? })
+            }
+        }
+    }
+
+    /// [`MultiGpuIndex::search`], downloaded: `(distances, indices)`.
+    pub fn search_host(&self, queries: &[T], k: usize) -> Result<(Vec<f32>, Vec<u64>)> {
+        let found = self.search(queries, k)?;
+        let gpu = &self.parts[0].gpu;
+        Ok((gpu.download(&found.distances)?, gpu.download(&found.indices)?))
     }
 }

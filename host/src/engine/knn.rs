@@ -294,6 +294,31 @@ impl Gpu {
         Ok(())
     }
 
+    /// The `k` nearest of each row of `candidates` (`rows × width` distances, similarities
+    /// negated, with their base indices): one more k-selection, as the merge of several
+    /// GPUs' results; the similarities' signs restored.
+    pub(crate) fn knn_merge(
+        &self,
+        candidates: &TopK<f32>,
+        (rows, width): (usize, usize),
+        k: usize,
+        metric: Metric,
+    ) -> Result<TopK<f32>> {
+        let spec = RowsSpec::dense(rows, width, width, k)?;
+        let mut workspace = self.alloc_uninit::<u8>(self.knn_rows_workspace(rows, width, k)?.max(1))?;
+        let mut out = TopK {
+            values: self.alloc_uninit::<f32>(rows * k)?,
+            indices: self.alloc_uninit::<u64>(rows * k)?,
+        };
+        let indices = candidates.indices.global_ptr();
+        self.knn_select(&candidates.values, &spec, k, indices, &mut workspace, &mut out)?;
+        if metric.is_similarity() {
+            // In place, entry for entry.
+            self.knn_place(&out, (&out, k, 0), rows, k, 0, None, true)?;
+        }
+        Ok(out)
+    }
+
     /// Workspace bytes of the rows top-k over `rows × cols` distances keeping `kept`.
     fn knn_rows_workspace(&self, rows: usize, cols: usize, kept: usize) -> Result<usize> {
         let spec = RowsSpec::dense(rows, cols, cols, kept)?;
