@@ -58,7 +58,11 @@ fn main() {
     let timeout = if mode == "fault-silent" { Duration::from_secs(3) } else { Duration::from_secs(300) };
     let comm = MpiCommunicator::new(universe.world(), timeout);
     let (rank, size) = (comm.rank(), comm.size());
-    let gpu = Gpu::from_env().expect("a GPU or the emulator");
+    // One GPU per process where the machine has several: the process's rank on its machine
+    // picks it (all share device 0 where there is one; the emulator where there is none).
+    let local_rank = comm.local_rank();
+    let gpu = Gpu::from_env_device((local_rank % Gpu::device_count().max(1)) as u32)
+        .expect("a GPU or the emulator");
     let outcome = match mode {
         "check" => check(&gpu, &comm),
         "bytes" => bytes(&gpu, &comm, args.get(1).and_then(|e| e.parse().ok()).unwrap_or(20)),

@@ -12,7 +12,7 @@ use gpu_select::distributed::{
     Communicator, Distributed, DistributedAlgorithm, DistributedOptions, DistributedQuantiles,
     DistributedSelection, ThreadCommunicator, ThreadGroup,
 };
-use gpu_select::{Error, Gpu, NanPolicy, OrderedBits, QuantileMethod, QuantileOptions, Result};
+use gpu_select::{Error, Gpu, Key, NanPolicy, OrderedBits, QuantileMethod, QuantileOptions, Result};
 
 const ALGORITHMS: [DistributedAlgorithm; 3] =
     [DistributedAlgorithm::Dibms, DistributedAlgorithm::DistributedBms, DistributedAlgorithm::SortAndChoose];
@@ -259,4 +259,59 @@ fn a_silent_rank_times_the_others_out() {
         }
     }
     assert!(started.elapsed() < Duration::from_secs(30));
+}
+
+/// Handles standing for the GPUs of one machine: every CUDA device (forked streams where
+/// there are fewer than `count`), or emulator instances.
+fn local_handles(count: usize) -> Vec<Gpu> {
+    let gpu = gpu();
+    if on_emulator(&gpu) {
+        return (0..count).map(|_| Gpu::emulator()).collect();
+    }
+    let mut devices: Vec<Gpu> = (0..Gpu::device_count() as u32).filter_map(|d| Gpu::cuda(d).ok()).collect();
+    let real = devices.len();
+    while devices.len() < count {
+        let forked = devices[devices.len() % real].fork_stream().unwrap();
+        devices.push(forked);
+    }
+    devices.truncate(count);
+    devices
+}
+
+#[test]
+fn shards_on_several_handles_of_one_process() {
+    use gpu_select::distributed::{multiselect_across, quantiles_across};
+    let n = if on_emulator(&gpu()) { 30_000 } else { 3 << 20 };
+    let keys: Vec<f32> = generate(n, DISTRIBUTIONS[0], 31);
+    let ranks = ranks_of(n, 101);
+    let mut sorted: Vec<u64> = keys.iter().map(|k| k.to_ordered().to_u64()).collect();
+    sorted.sort_unstable();
+    for parts in [1, 3, 4] {
+        let handles = local_handles(parts);
+        let pieces = shard(&keys, parts, parts == 4);
+        let shards: Vec<_> =
+            handles.iter().zip(&pieces).map(|(gpu, piece)| gpu.upload(piece).unwrap()).collect();
+        let shard_refs: Vec<_> = shards.iter().collect();
+        for algorithm in ALGORITHMS {
+            let options = DistributedOptions::with_algorithm(algorithm);
+            let answers = multiselect_across(&shard_refs, &ranks, options).unwrap();
+            assert_eq!(answers.len(), parts);
+            for answer in &answers {
+                for (selection, &wanted) in answer.selections.iter().zip(&ranks) {
+                    assert_eq!(
+                        selection.value.to_ordered().to_u64(),
+                        sorted[wanted],
+                        "{parts} {algorithm:?}"
+                    );
+                }
+            }
+        }
+        // Quantiles across the handles equal one handle's quantiles of all the keys.
+        let qs = [0.0, 0.01, 0.5, 0.999, 1.0];
+        let options = QuantileOptions::new(QuantileMethod::Linear);
+        let one = gpu().quantiles_host(&keys, &qs, &options).unwrap();
+        let answers = quantiles_across(&shard_refs, &qs, &options, DistributedOptions::default()).unwrap();
+        assert!(answers.iter().all(|answer| answer.values == one), "{parts} handles");
+    }
+    assert!(multiselect_across::<f32>(&[], &ranks, DistributedOptions::default()).is_err());
 }

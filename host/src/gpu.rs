@@ -249,6 +249,19 @@ impl Gpu {
         Self::cuda(0)
     }
 
+    /// The number of CUDA devices the driver sees: 0 without a driver or a device.
+    ///
+    /// ```
+    /// let gpus = gpu_select::Gpu::device_count();
+    /// println!("{gpus} CUDA devices");
+    /// ```
+    pub fn device_count() -> usize {
+        if !unsafe { sys::is_culib_present() } || cu::init().is_err() {
+            return 0;
+        }
+        cu::device::get_count().map_or(0, |count| count.max(0) as usize)
+    }
+
     /// Opens CUDA device `ordinal`.
     pub fn cuda(ordinal: u32) -> Result<Self> {
         // The driver library is loaded at run time: a machine without one builds and runs the
@@ -333,10 +346,18 @@ impl Gpu {
     /// to open a device (an unsupported GPU, a driver error) is returned, not hidden behind
     /// the emulator.
     pub fn from_env() -> Result<Self> {
+        Self::from_env_device(0)
+    }
+
+    /// [`Gpu::from_env`] with CUDA device `ordinal` in place of device 0: the form for one of
+    /// several processes or threads of a machine, each taking its own GPU (DIBMS with a
+    /// process per GPU: `ordinal` from the process's rank on its machine, modulo
+    /// [`Gpu::device_count`]).
+    pub fn from_env_device(ordinal: u32) -> Result<Self> {
         match std::env::var(BACKEND_ENV).unwrap_or_default().to_ascii_lowercase().as_str() {
-            "cuda" | "gpu" => Self::new(),
+            "cuda" | "gpu" => Self::cuda(ordinal),
             "emulator" | "emu" => Ok(Self::emulator()),
-            "" | "auto" => match Self::new() {
+            "" | "auto" => match Self::cuda(ordinal) {
                 Err(Error::NoDevice { reason }) => {
                     static SAID: Once = Once::new();
                     SAID.call_once(|| {

@@ -537,7 +537,9 @@ impl<T: VectorComponent> MultiGpuIndex<T> {
                 for part in &self.parts {
                     let data = part.gpu.upload(queries)?;
                     let kept = k.min(part.len());
-                    found.push((part.search(Vectors::new(&data, count, self.dim)?, kept)?, kept, data));
+                    // (A statement of its own: the view of `data` ends before `data` moves.)
+                    let neighbours = part.search(Vectors::new(&data, count, self.dim)?, kept)?;
+                    found.push((neighbours, kept, data));
                 }
                 let width: usize = found.iter().map(|(_, kept, _)| kept).sum();
                 let (mut values, mut indices) = (vec![0.0f32; count * width], vec![0u64; count * width]);
@@ -567,7 +569,8 @@ impl<T: VectorComponent> MultiGpuIndex<T> {
                 for (part, (start, share)) in self.parts.iter().zip(shares(count, self.parts.len())) {
                     if share > 0 {
                         let data = part.gpu.upload(&queries[start * self.dim..(start + share) * self.dim])?;
-                        found.push((part.search(Vectors::new(&data, share, self.dim)?, k)?, data));
+                        let neighbours = part.search(Vectors::new(&data, share, self.dim)?, k)?;
+                        found.push((neighbours, data));
                     }
                 }
                 let (mut values, mut indices) =

@@ -62,6 +62,7 @@ pub use self::mpi::MpiCommunicator;
 pub use threads::{ThreadCommunicator, ThreadGroup};
 
 use crate::SelectKey;
+use crate::buffer::DeviceBuffer;
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::options::QuantileOptions;
@@ -300,6 +301,74 @@ impl<'a> Distributed<'a> {
         }?;
         Ok((outcome, shared.traffic()))
     }
+}
+
+/// Multiselect of keys spread over several handles of this process — several GPUs of one
+/// machine, each holding a shard (or several streams of one GPU, or emulator instances) —
+/// without MPI: one thread per shard, a [`ThreadGroup`] between them, and
+/// [`Distributed::multiselect`] on each. Every shard's thread gets the same answer; each
+/// is returned, with the traffic its thread sent.
+///
+/// Errors: as [`Distributed::multiselect`] (every thread fails alike; the first shard's
+/// error is returned).
+///
+/// ```
+/// use gpu_select::distributed::{DistributedOptions, multiselect_across};
+/// use gpu_select::Gpu;
+///
+/// // Two handles (on a machine with two GPUs: Gpu::cuda(0)?, Gpu::cuda(1)?), a shard each.
+/// let (a, b) = (Gpu::emulator(), Gpu::emulator());
+/// let (left, right) = (a.upload(&[5u32, 1, 9])?, b.upload(&[7u32, 3])?);
+/// let answers = multiselect_across(&[&left, &right], &[0, 2, 4], DistributedOptions::default())?;
+/// let keys: Vec<u32> = answers[0].selections.iter().map(|s| s.value).collect();
+/// assert_eq!(keys, [1, 5, 9]);
+/// # Ok::<(), gpu_select::Error>(())
+/// ```
+pub fn multiselect_across<K: SelectKey>(
+    shards: &[&DeviceBuffer<K>],
+    ranks: &[usize],
+    options: DistributedOptions,
+) -> Result<Vec<DistributedSelection<K>>> {
+    across_with(shards, options, |group, shard| group.multiselect(shard, ranks))
+}
+
+/// Quantiles of keys spread over several handles of this process, as
+/// [`multiselect_across`] (one thread per shard, no MPI) with [`Distributed::quantiles`].
+pub fn quantiles_across<K: SelectKey>(
+    shards: &[&DeviceBuffer<K>],
+    qs: &[f64],
+    quantile_options: &QuantileOptions,
+    options: DistributedOptions,
+) -> Result<Vec<DistributedQuantiles>> {
+    across_with(shards, options, |group, shard| group.quantiles(shard, qs, quantile_options))
+}
+
+/// Runs `call` on one thread per shard, each with the shard's own handle and its place in
+/// one [`ThreadGroup`].
+fn across_with<K: SelectKey, R: Send>(
+    shards: &[&DeviceBuffer<K>],
+    options: DistributedOptions,
+    call: impl Fn(&Distributed<'_>, &DeviceBuffer<K>) -> Result<R> + Sync,
+) -> Result<Vec<R>> {
+    if shards.is_empty() {
+        return Err(Error::invalid("no shards: at least one handle's keys"));
+    }
+    let group = ThreadGroup::new(shards.len(), DEFAULT_TIMEOUT);
+    let call = &call;
+    let answers: Vec<Result<R>> = std::thread::scope(|scope| {
+        let runs: Vec<_> = group
+            .into_iter()
+            .zip(shards)
+            .map(|(comm, &shard)| {
+                scope.spawn(move || {
+                    let gpu = shard.gpu().clone();
+                    call(&Distributed::new(&gpu, &comm, options), shard)
+                })
+            })
+            .collect();
+        runs.into_iter().map(|run| run.join().expect("a shard's thread panicked")).collect()
+    });
+    answers.into_iter().collect()
 }
 
 /// A 64-bit FNV-1a hash of a request's words: processes that ask different things differ.

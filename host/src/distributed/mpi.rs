@@ -45,6 +45,14 @@ impl MpiCommunicator {
         Self { world, timeout, broken: Cell::new(false) }
     }
 
+    /// This process's rank among the processes of its machine (those that share memory
+    /// with it), from 0: which of the machine's GPUs it should take
+    /// (`Gpu::from_env_device(local_rank % Gpu::device_count())`). A collective operation:
+    /// every process calls it.
+    pub fn local_rank(&self) -> usize {
+        self.world.split_shared(self.world.rank()).rank() as usize
+    }
+
     /// The MPI communicator.
     pub fn world(&self) -> &SimpleCommunicator {
         &self.world
