@@ -239,6 +239,9 @@ pub(crate) struct LaunchShape {
 /// Shared memory a block may use without opting in.
 const DEFAULT_SHARED_LIMIT: usize = 48 * 1024;
 
+/// Multiprocessors the emulator reports ([`Gpu::emulator`]).
+const EMULATED_MULTIPROCESSORS: u32 = 4;
+
 impl Gpu {
     /// Opens CUDA device 0 and creates a stream. The kernels load at the first launch (machine
     /// code for sm_80 and sm_90 GPUs: no compilation; see [`KernelImage`]).
@@ -330,7 +333,11 @@ impl Gpu {
         let limits = DeviceLimits {
             name: "gpu-select emulator".to_string(),
             compute_capability: (9, 0),
-            multiprocessors: 1,
+            // Several, so that grids sized by the multiprocessors have several blocks and the
+            // protocols between blocks (last-block tickets, per-block offsets, merges of the
+            // blocks' results) run in the tests too; the blocks run one at a time, each
+            // launch in an order of its own.
+            multiprocessors: EMULATED_MULTIPROCESSORS,
             max_threads_per_block: emulator::MAX_BLOCK_THREADS,
             max_shared_bytes_per_block: emulator::MAX_SHARED_BYTES,
             l2_bytes: 0,
