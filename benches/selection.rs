@@ -567,6 +567,88 @@ fn bench_knn(gpu: &Gpu, cases: &mut Vec<Case>) {
     });
 }
 
+/// Several GPUs (section `multi-gpu`, not in the default set): exact k-NN of SIFT1M's
+/// shape at k = 100 on 1, 2, … of the machine's GPUs (every device; forked streams of one
+/// where there is one), sharded and replicated, the median of three whole searches
+/// (`MultiGpuIndex::search_host`, host clock: the GPUs work at once); and DIBMS quantiles
+/// (101 and 1001) of 2^28 uniform f32 keys per GPU, the GPUs of one process
+/// (`quantiles_across`), time and bytes sent per GPU, beside one GPU's `Gpu::quantiles` of
+/// one shard.
+fn bench_multi_gpu(gpu: &Gpu) {
+    use gpu_select::distributed::{DistributedOptions, quantiles_across};
+    use gpu_select::{MultiGpuIndex, Placement};
+    let devices = Gpu::device_count().max(1);
+    let handles: Vec<Gpu> = (0..devices as u32).map(|d| Gpu::cuda(d).unwrap()).collect();
+    println!("multi-gpu: {devices} devices");
+    let wall = |runs: usize, mut work: Box<dyn FnMut() + '_>| {
+        work();
+        let mut times: Vec<f64> = (0..runs)
+            .map(|_| {
+                let started = std::time::Instant::now();
+                work();
+                started.elapsed().as_secs_f64() * 1e3
+            })
+            .collect();
+        times.sort_by(f64::total_cmp);
+        times[runs / 2]
+    };
+    let (base_count, query_count, dim, k) = (1_000_000usize, 10_000usize, 128usize, 100usize);
+    let base = sift_like(base_count, dim, 2);
+    let queries = sift_like(query_count, dim, 3);
+    let mut counts: Vec<usize> = vec![1];
+    let mut c = 2;
+    while c <= devices {
+        counts.push(c);
+        c *= 2;
+    }
+    for &count in &counts {
+        for placement in [Placement::Sharded, Placement::Replicated] {
+            let index = MultiGpuIndex::new(&handles[..count], &base, dim, Metric::L2, placement).unwrap();
+            let ms = wall(
+                3,
+                Box::new(|| {
+                    index.search_host(&queries, k).unwrap();
+                }),
+            );
+            println!("multi-gpu: knn L2 1e4 x 1e6 x 128 k={k} on {count} GPUs {placement:?}: {ms:.2} ms");
+        }
+    }
+    let n = 1usize << 28;
+    let keys = uniform_f32(n, 28);
+    for &count in &counts {
+        let shards: Vec<DeviceBuffer<f32>> =
+            handles[..count].iter().map(|h| h.upload(&keys).unwrap()).collect();
+        let refs: Vec<&DeviceBuffer<f32>> = shards.iter().collect();
+        for m in [101usize, 1001] {
+            let qs: Vec<f64> = (0..m).map(|i| i as f64 / (m - 1) as f64).collect();
+            let options = QuantileOptions::default();
+            let mut bytes = 0;
+            let ms = wall(
+                5,
+                Box::new(|| {
+                    let answers =
+                        quantiles_across(&refs, &qs, &options, DistributedOptions::default()).unwrap();
+                    bytes = answers.iter().map(|a| a.traffic.bytes_sent).max().unwrap_or(0);
+                }),
+            );
+            println!(
+                "multi-gpu: DIBMS {m} quantiles of 2^28 f32 per GPU on {count} GPUs: {ms:.2} ms, at most {bytes} bytes sent per GPU"
+            );
+        }
+    }
+    let data = gpu.upload(&keys).unwrap();
+    for m in [101usize, 1001] {
+        let qs: Vec<f64> = (0..m).map(|i| i as f64 / (m - 1) as f64).collect();
+        let ms = wall(
+            5,
+            Box::new(|| {
+                gpu.quantiles(&data, &qs, &QuantileOptions::default()).unwrap();
+            }),
+        );
+        println!("multi-gpu: one GPU's Gpu::quantiles, {m} of 2^28 f32: {ms:.2} ms");
+    }
+}
+
 /// Distributed quantiles (section `distributed`): DIBMS and its two baselines over four
 /// processes as threads, each with its own handle on the one GPU and a quarter of 2^20,
 /// 2^24 and 2^28 uniform f32 keys, for 101 and 501 quantiles (the paper's Table 4
@@ -970,11 +1052,12 @@ fn convenience(gpu: &Gpu) {
 
 /// Which parts of the benchmark run: `GPU_SELECT_BENCH_SECTIONS` (a comma-separated list
 /// of `sizes` (sort, top-k, selection at 2^20, 2^24, 2^28), `rows`, `quantiles`,
-/// `distributed` (DIBMS over four threads' handles), `knn` (exact k-NN, SIFT1M's shape), `convenience` (the
+/// `distributed` (DIBMS over four threads' handles), `knn` (exact k-NN, SIFT1M's shape),
+/// `multi-gpu` (k-NN and DIBMS over every GPU of the machine), `convenience` (the
 /// convenient calls against the caller-workspace forms), `rows-sweep` and `topk-sweep`), all
-/// but the sweeps by default.
+/// but `multi-gpu` and the sweeps by default.
 fn section_enabled(section: &str) -> bool {
-    if section.ends_with("-sweep") {
+    if section.ends_with("-sweep") || section == "multi-gpu" {
         return std::env::var("GPU_SELECT_BENCH_SECTIONS")
             .is_ok_and(|list| list.split(',').any(|s| s.trim() == section));
     }
@@ -1280,6 +1363,9 @@ fn main() {
     }
     if section_enabled("knn") {
         bench_knn(&gpu, &mut cases);
+    }
+    if section_enabled("multi-gpu") {
+        bench_multi_gpu(&gpu);
     }
     if section_enabled("convenience") {
         convenience(&gpu);
