@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{DISTRIBUTIONS, SplitMix, TestKey, generate, gpu, on_emulator};
+use common::{DISTRIBUTIONS, SplitMix, TestKey, generate, gpu, on_emulator, several_handles};
 use gpu_select::distributed::{
     Communicator, Distributed, DistributedAlgorithm, DistributedOptions, DistributedQuantiles,
     DistributedSelection, ThreadCommunicator, ThreadGroup,
@@ -261,23 +261,6 @@ fn a_silent_rank_times_the_others_out() {
     assert!(started.elapsed() < Duration::from_secs(30));
 }
 
-/// Handles standing for the GPUs of one machine: every CUDA device (forked streams where
-/// there are fewer than `count`), or emulator instances.
-fn local_handles(count: usize) -> Vec<Gpu> {
-    let gpu = gpu();
-    if on_emulator(&gpu) {
-        return (0..count).map(|_| Gpu::emulator()).collect();
-    }
-    let mut devices: Vec<Gpu> = (0..Gpu::device_count() as u32).filter_map(|d| Gpu::cuda(d).ok()).collect();
-    let real = devices.len();
-    while devices.len() < count {
-        let forked = devices[devices.len() % real].fork_stream().unwrap();
-        devices.push(forked);
-    }
-    devices.truncate(count);
-    devices
-}
-
 #[test]
 fn shards_on_several_handles_of_one_process() {
     use gpu_select::distributed::{multiselect_across, quantiles_across};
@@ -287,7 +270,7 @@ fn shards_on_several_handles_of_one_process() {
     let mut sorted: Vec<u64> = keys.iter().map(|k| k.to_ordered().to_u64()).collect();
     sorted.sort_unstable();
     for parts in [1, 3, 4] {
-        let handles = local_handles(parts);
+        let handles = several_handles(&gpu(), parts);
         let pieces = shard(&keys, parts, parts == 4);
         let shards: Vec<_> =
             handles.iter().zip(&pieces).map(|(gpu, piece)| gpu.upload(piece).unwrap()).collect();

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{gpu, on_emulator};
+use common::{gpu, on_emulator, several_handles};
 use gpu_select::{
     Error, Gpu, Metric, MultiGpuIndex, Neighbours, Placement, Tuning, VectorComponent, Vectors,
 };
@@ -408,22 +408,6 @@ fn half_precision_vectors_search_as_their_f32_values() {
     }
 }
 
-/// Handles standing for several GPUs: every CUDA device there is (at least `count`
-/// handles, forked streams of the devices where there are fewer), or emulator instances.
-fn several_gpus(gpu: &Gpu, count: usize) -> Vec<Gpu> {
-    if on_emulator(gpu) {
-        return (0..count).map(|_| Gpu::emulator()).collect();
-    }
-    let mut devices: Vec<Gpu> = (0..8).map_while(|ordinal| Gpu::cuda(ordinal).ok()).collect();
-    let real = devices.len();
-    while devices.len() < count {
-        let forked = devices[devices.len() % real].fork_stream().unwrap();
-        devices.push(forked);
-    }
-    devices.truncate(count);
-    devices
-}
-
 #[test]
 fn several_gpus_sharded_or_replicated_equal_one() {
     let gpu = gpu();
@@ -437,7 +421,7 @@ fn several_gpus_sharded_or_replicated_equal_one() {
         for k in [1, 9, base_count / 3 + 5] {
             let want = one.search_host(&queries, k).unwrap();
             for handles in [1, 2, 3] {
-                let gpus = several_gpus(&gpu, handles);
+                let gpus = several_handles(&gpu, handles);
                 for placement in [Placement::Sharded, Placement::Replicated] {
                     let index = MultiGpuIndex::new(&gpus, &base, dim, metric, placement).unwrap();
                     let got = index.search_host(&queries, k).unwrap();
@@ -453,7 +437,7 @@ fn several_gpus_sharded_or_replicated_equal_one() {
         }
     }
     // More handles than base vectors (some take no part), and fewer queries than handles.
-    let gpus = several_gpus(&gpu, 5);
+    let gpus = several_handles(&gpu, 5);
     let small: Vec<f32> = base[..3 * dim].to_vec();
     for placement in [Placement::Sharded, Placement::Replicated] {
         let index = MultiGpuIndex::new(&gpus, &small, dim, Metric::L2, placement).unwrap();

@@ -9,10 +9,8 @@
 # bench-selection, example-dibms).
 # Usage, from the repository root on the GPU machine: docs/results/multi-gpu.sh [step…]
 set -uo pipefail
-export GPU_SELECT_BACKEND=cuda NCCL_NVLS_ENABLE=0
-unpack() { [ -x "/tmp/$1" ] || { python3 -c 'import lzma,sys; open(sys.argv[2],"wb").write(lzma.open(sys.argv[1]).read())' \
-  ".gpu-run/$1.xz" "/tmp/$1" && chmod +x "/tmp/$1"; }; }
-nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader
+export NCCL_NVLS_ENABLE=0
+source "$(dirname "$0")/gpu-lib.sh"
 gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
 status=0
 steps=("$@")

@@ -25,6 +25,23 @@ pub fn on_emulator(gpu: &Gpu) -> bool {
     gpu.backend() == BackendKind::Emulator
 }
 
+/// Handles standing for several GPUs of one machine, `count` of them: on a GPU machine
+/// every CUDA device (forked streams of them where there are fewer than `count`), on the
+/// emulator `count` emulator instances (each its own "device" to the library's checks).
+pub fn several_handles(gpu: &Gpu, count: usize) -> Vec<Gpu> {
+    if on_emulator(gpu) {
+        return (0..count).map(|_| Gpu::emulator()).collect();
+    }
+    let mut handles: Vec<Gpu> = (0..Gpu::device_count() as u32).filter_map(|d| Gpu::cuda(d).ok()).collect();
+    let devices = handles.len();
+    while handles.len() < count {
+        let forked = handles[handles.len() % devices].fork_stream().expect("a stream of its own");
+        handles.push(forked);
+    }
+    handles.truncate(count);
+    handles
+}
+
 /// A small deterministic generator (SplitMix64), so failures reproduce.
 pub struct SplitMix(pub u64);
 

@@ -117,6 +117,20 @@ impl<'a, T: VectorComponent> Vectors<'a, T> {
     }
 }
 
+/// The number of vectors of `dim` components that `len` values make.
+///
+/// Errors: [`Error::EmptyInput`] for no values or no components; [`Error::InvalidArgument`]
+/// when the values do not make whole vectors.
+fn whole_vectors(len: usize, dim: usize) -> Result<usize> {
+    if len == 0 || dim == 0 {
+        return Err(Error::EmptyInput);
+    }
+    if !len.is_multiple_of(dim) {
+        return Err(Error::invalid(format!("{len} values do not make vectors of {dim} components")));
+    }
+    Ok(len / dim)
+}
+
 /// An exact (brute-force) k-NN index over base vectors the caller keeps on the device, as
 /// Faiss's `GpuIndexFlat`: the base's squared norms are computed once, when the index is
 /// made, and every search reuses them. Made by [`Gpu::flat_index`].
@@ -207,15 +221,9 @@ impl<'a, T: VectorComponent> FlatIndex<'a, T> {
     /// [`FlatIndex::search`] of queries in a host slice (`count · dim` values): uploads
     /// them, searches, downloads `(distances, indices)`.
     pub fn search_host(&self, queries: &[T], k: usize) -> Result<(Vec<f32>, Vec<u64>)> {
-        if !queries.len().is_multiple_of(self.dim) {
-            return Err(Error::invalid(format!(
-                "{} values do not make vectors of {} components",
-                queries.len(),
-                self.dim
-            )));
-        }
+        let count = whole_vectors(queries.len(), self.dim)?;
         let data = self.gpu.upload(queries)?;
-        let found = self.search(Vectors::new(&data, queries.len() / self.dim, self.dim)?, k)?;
+        let found = self.search(Vectors::new(&data, count, self.dim)?, k)?;
         Ok((self.gpu.download(&found.distances)?, self.gpu.download(&found.indices)?))
     }
 
@@ -321,17 +329,9 @@ impl Gpu {
         dim: usize,
         metric: Metric,
     ) -> Result<FlatIndex<'static, T>> {
-        if dim == 0 || base.is_empty() {
-            return Err(Error::EmptyInput);
-        }
-        if !base.len().is_multiple_of(dim) {
-            return Err(Error::invalid(format!(
-                "{} values do not make vectors of {dim} components",
-                base.len()
-            )));
-        }
+        let count = whole_vectors(base.len(), dim)?;
         let data = self.upload(base)?;
-        let set = VectorSet { data: data.global_ptr(), count: base.len() / dim, stride: dim };
+        let set = VectorSet { data: data.global_ptr(), count, stride: dim };
         self.index_of(set, dim, metric, Some(data))
     }
 
@@ -441,16 +441,7 @@ impl<T: VectorComponent> MultiGpuIndex<T> {
         if gpus.is_empty() {
             return Err(Error::invalid("a multi-GPU index needs at least one GPU handle"));
         }
-        if dim == 0 || base.is_empty() {
-            return Err(Error::EmptyInput);
-        }
-        if !base.len().is_multiple_of(dim) {
-            return Err(Error::invalid(format!(
-                "{} values do not make vectors of {dim} components",
-                base.len()
-            )));
-        }
-        let len = base.len() / dim;
+        let len = whole_vectors(base.len(), dim)?;
         let (mut parts, mut first) = (Vec::new(), Vec::new());
         match placement {
             Placement::Sharded => {
@@ -508,17 +499,7 @@ impl<T: VectorComponent> MultiGpuIndex<T> {
     /// Errors: [`Error::InvalidArgument`] for values that do not make whole vectors;
     /// [`Error::EmptyInput`]; [`Error::KOutOfRange`] unless `1 ≤ k ≤ len()`.
     pub fn search(&self, queries: &[T], k: usize) -> Result<Neighbours> {
-        if !queries.len().is_multiple_of(self.dim) {
-            return Err(Error::invalid(format!(
-                "{} values do not make vectors of {} components",
-                queries.len(),
-                self.dim
-            )));
-        }
-        let count = queries.len() / self.dim;
-        if count == 0 {
-            return Err(Error::EmptyInput);
-        }
+        let count = whole_vectors(queries.len(), self.dim)?;
         if k == 0 || k > self.len {
             return Err(Error::k_out_of_range(
                 k,
