@@ -545,6 +545,22 @@ fn bench_knn(gpu: &Gpu, cases: &mut Vec<Case>) {
             predicted_ms: None,
         });
     }
+    // Two streams taking the query tiles in turn (Tuning::knn_streams), against one.
+    let two_streams = gpu.with_tuning(Tuning { knn_streams: 2, ..*gpu.tuning() });
+    let index_two =
+        two_streams.flat_index(Vectors::new(&base, base_count, dim).unwrap(), Metric::L2).unwrap();
+    let ms =
+        median_of(Box::new(|| index_two.search(Vectors::new(&queries, query_count, dim)?, 100).map(|_| ())));
+    println!("knn: L2 {query_count} queries x 1e6 x 128, k=100, two streams: {ms:.3} ms");
+    cases.push(Case {
+        group: "knn",
+        name: format!("L2 {query_count} queries x 1e6 x 128 k=100 two streams"),
+        elements: (query_count * base_count) as u64,
+        bytes: base.bytes() as u64,
+        median_ms: ms,
+        floor_ms,
+        predicted_ms: None,
+    });
     let tile_queries = 1024;
     let mut out = gpu.alloc_zeroed::<f32>(tile_queries * base_count).unwrap();
     let part = queries.slice(..tile_queries * dim);

@@ -182,14 +182,17 @@ fn tiling_queries_and_base_changes_nothing() {
             // Budgets small enough for several query tiles and column tiles (down to one
             // query a tile and column tiles of exactly what each keeps), and the search
             // gives the same bits.
-            for &budget in budgets {
-                let tiled = gpu.with_tuning(Tuning { knn_tile_bytes: budget, ..*gpu.tuning() });
+            for (&budget, streams) in budgets.iter().zip([2, 1, 3]) {
+                // Two or three streams taking the query tiles in turn, where the budget
+                // makes several.
+                let tiled =
+                    gpu.with_tuning(Tuning { knn_tile_bytes: budget, knn_streams: streams, ..*gpu.tuning() });
                 let found = search(&tiled, &queries, &base, dim, k, metric);
-                assert_eq!(found.1, whole.1, "{metric:?} k={k} budget {budget}: indices");
+                assert_eq!(found.1, whole.1, "{metric:?} k={k} budget {budget}, {streams} streams: indices");
                 assert_eq!(
                     found.0.iter().map(|d| d.to_bits()).collect::<Vec<_>>(),
                     whole.0.iter().map(|d| d.to_bits()).collect::<Vec<_>>(),
-                    "{metric:?} k={k} budget {budget}: distances"
+                    "{metric:?} k={k} budget {budget}, {streams} streams: distances"
                 );
             }
             check(&queries, &base, dim, k, metric, false, (&whole.0, &whole.1));

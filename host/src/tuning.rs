@@ -59,6 +59,11 @@ pub struct Tuning {
     /// queries and base vectors are tiled to fit (the matrix of all distances is never
     /// held).
     pub knn_tile_bytes: usize,
+    /// k-NN: streams a search spreads its query tiles over (1: this handle's). With two,
+    /// one tile's product can overlap another's selections (the Faiss paper overlaps two);
+    /// each stream gets its own tiles within `knn_tile_bytes` shared out. Not yet measured,
+    /// so 1 stays the default until a benchmark shows the gain.
+    pub knn_streams: usize,
 }
 
 impl Tuning {
@@ -82,6 +87,7 @@ impl Default for Tuning {
             multiselect_pick_max: 2048,
             multiselect_labels: 8192,
             knn_tile_bytes: 512 << 20,
+            knn_streams: 1,
         }
     }
 }

@@ -135,6 +135,39 @@ impl KnnTiles {
     }
 }
 
+/// One search's shape, shared by its streams.
+struct KnnSearch<'r, 'o, T> {
+    queries: VectorSet<T>,
+    base: VectorSet<T>,
+    dim: usize,
+    query_norms: GlobalPtr<f32>,
+    needs_norms: bool,
+    tiles: KnnTiles,
+    /// Neighbours kept per query and tile (`k`, or `k + 1` for a graph).
+    kept: usize,
+    run: &'r KnnRun<'o>,
+}
+
+impl<T> KnnSearch<'_, '_, T> {
+    /// Whether column tiles are merged (more than one).
+    fn merges(&self) -> bool {
+        self.tiles.base_tiles > 1
+    }
+
+    /// Whether the kept neighbours are placed again at the end (signs, a graph's own index).
+    fn finishes(&self) -> bool {
+        self.run.metric.is_similarity() || self.run.drop_own
+    }
+}
+
+/// One stream's buffers of a search ([`Gpu::knn_buffers`]).
+struct KnnBuffers {
+    distances: DeviceBuffer<f32>,
+    per_tile: TopK<f32>,
+    candidates: TopK<f32>,
+    workspace: DeviceBuffer<u8>,
+}
+
 /// What a search writes and how: `rows · k` neighbours, nearest first.
 pub(crate) struct KnnRun<'o> {
     pub(crate) metric: Metric,
@@ -168,7 +201,10 @@ impl Gpu {
     }
 
     /// Queues a search of `queries` against `base` (both of `dim` components) into
-    /// `run.out`, in tiles ([`KnnTiles::plan`] within the handle's tuning).
+    /// `run.out`, in tiles ([`KnnTiles::plan`] within the handle's tuning), the query tiles
+    /// taken in turn by [`Tuning::knn_streams`](crate::Tuning::knn_streams) streams (this
+    /// handle's and forked ones, each with buffers of its own; this handle's stream waits
+    /// for the others at the end).
     pub(crate) fn run_knn<T: KnnStorage>(
         &self,
         queries: VectorSet<T>,
@@ -177,119 +213,139 @@ impl Gpu {
         run: KnnRun<'_>,
     ) -> Result<()> {
         let kept = run.k + usize::from(run.drop_own);
-        let tiles = KnnTiles::plan(queries.count, base.count, kept, self.tuning().knn_tile_bytes);
+        let streams = self.tuning().knn_streams.max(1);
+        let tiles = KnnTiles::plan(queries.count, base.count, kept, self.tuning().knn_tile_bytes / streams);
         let needs_norms = run.metric != Metric::InnerProduct;
         let query_norms = self.alloc_uninit::<f32>(if needs_norms { queries.count } else { 1 })?;
         if needs_norms {
             self.knn_norms(queries, dim, query_norms.global_ptr())?;
         }
-        let longest_tile = tiles.base_range(base.count, 0).1;
-        let merges = tiles.base_tiles > 1;
-        let finishes = run.metric.is_similarity() || run.drop_own;
-        let distances = self.alloc_uninit::<f32>(tiles.query_tile * longest_tile)?;
-        let per_tile_len = if merges || finishes { tiles.query_tile * kept } else { 1 };
-        let per_tile = TopK {
-            values: self.alloc_uninit::<f32>(per_tile_len)?,
-            indices: self.alloc_uninit::<u64>(per_tile_len)?,
+        let search = KnnSearch {
+            queries,
+            base,
+            dim,
+            query_norms: query_norms.global_ptr(),
+            needs_norms,
+            tiles,
+            kept,
+            run: &run,
         };
-        let candidates_len = if merges { tiles.query_tile * tiles.base_tiles * kept } else { 1 };
-        let candidates = TopK {
-            values: self.alloc_uninit::<f32>(candidates_len)?,
-            indices: self.alloc_uninit::<u64>(candidates_len)?,
-        };
-        // The rows top-k's workspace: the largest any of this search's shapes needs.
+        let mut handles = vec![self.clone()];
+        for _ in 1..streams.min(queries.count.div_ceil(tiles.query_tile)) {
+            let forked = self.fork_stream()?;
+            // After the query norms and the outputs' allocation.
+            forked.wait_for(self)?;
+            handles.push(forked);
+        }
+        let mut buffers =
+            handles.iter().map(|handle| handle.knn_buffers(&search)).collect::<Result<Vec<_>>>()?;
+        let mut first_query = 0;
+        let mut turn = 0;
+        while first_query < queries.count {
+            let count = tiles.query_tile.min(queries.count - first_query);
+            let at = turn % handles.len();
+            handles[at].knn_query_tile(&search, &mut buffers[at], first_query, count)?;
+            first_query += count;
+            turn += 1;
+        }
+        for handle in &handles[1..] {
+            self.wait_for(handle)?;
+        }
+        Ok(())
+    }
+
+    /// One stream's buffers for `search`: a distance tile, a tile's best, the candidates,
+    /// the rows top-k's workspace (the largest any of the search's shapes needs).
+    fn knn_buffers<T: KnnStorage>(&self, search: &KnnSearch<'_, '_, T>) -> Result<KnnBuffers> {
+        let (tiles, kept) = (search.tiles, search.kept);
+        let longest_tile = tiles.base_range(search.base.count, 0).1;
+        let per_tile_len = if search.merges() || search.finishes() { tiles.query_tile * kept } else { 1 };
+        let candidates_len = if search.merges() { tiles.query_tile * tiles.base_tiles * kept } else { 1 };
         let mut workspace_bytes = 0;
-        for query_tile in [tiles.query_tile, queries.count % tiles.query_tile] {
+        for query_tile in [tiles.query_tile, search.queries.count % tiles.query_tile] {
             if query_tile == 0 {
                 continue;
             }
             for tile in [0, tiles.base_tiles - 1] {
-                let cols = tiles.base_range(base.count, tile).1;
+                let cols = tiles.base_range(search.base.count, tile).1;
                 workspace_bytes = workspace_bytes.max(self.knn_rows_workspace(query_tile, cols, kept)?);
             }
-            if merges {
-                workspace_bytes = workspace_bytes.max(self.knn_rows_workspace(
-                    query_tile,
-                    tiles.base_tiles * kept,
-                    kept,
-                )?);
+            if search.merges() {
+                let cols = tiles.base_tiles * kept;
+                workspace_bytes = workspace_bytes.max(self.knn_rows_workspace(query_tile, cols, kept)?);
             }
         }
-        let mut workspace = self.alloc_uninit::<u8>(workspace_bytes.max(1))?;
+        Ok(KnnBuffers {
+            distances: self.alloc_uninit::<f32>(tiles.query_tile * longest_tile)?,
+            per_tile: TopK {
+                values: self.alloc_uninit::<f32>(per_tile_len)?,
+                indices: self.alloc_uninit::<u64>(per_tile_len)?,
+            },
+            candidates: TopK {
+                values: self.alloc_uninit::<f32>(candidates_len)?,
+                indices: self.alloc_uninit::<u64>(candidates_len)?,
+            },
+            workspace: self.alloc_uninit::<u8>(workspace_bytes.max(1))?,
+        })
+    }
 
-        let mut first_query = 0;
-        while first_query < queries.count {
-            let count = tiles.query_tile.min(queries.count - first_query);
-            let query_part = queries.part(first_query, count);
-            let norms_part =
-                query_norms.global_ptr().offset(if needs_norms { first_query as u64 } else { 0 });
-            let out_rows = first_query * run.k..(first_query + count) * run.k;
-            for tile in 0..tiles.base_tiles {
-                let (first_base, base_count) = tiles.base_range(base.count, tile);
-                let tile_distances = distances.view(0, count * base_count);
-                self.knn_distance_tile(
-                    (query_part, norms_part),
-                    (base.part(first_base, base_count), run.base_norms.offset(first_base as u64)),
-                    dim,
-                    run.metric,
-                    tile_distances.global_ptr(),
-                )?;
-                let spec = RowsSpec::dense(count, base_count, base_count, kept)?;
-                if !merges && !finishes {
-                    // One column tile, nothing to finish: straight into the caller's rows.
-                    let mut out = out_view(run.out, out_rows.clone());
-                    self.knn_select(
-                        &tile_distances,
-                        &spec,
-                        kept,
-                        GlobalPtr::null(),
-                        &mut workspace,
-                        &mut out,
-                    )?;
-                    continue;
-                }
-                let mut best = TopK {
-                    values: per_tile.values.view(0, count * kept),
-                    indices: per_tile.indices.view(0, count * kept),
-                };
-                self.knn_select(&tile_distances, &spec, kept, GlobalPtr::null(), &mut workspace, &mut best)?;
-                if merges {
-                    let row = tiles.base_tiles * kept;
-                    self.knn_place(
-                        &best,
-                        (&candidates, row, tile * kept),
-                        count,
-                        kept,
-                        first_base,
-                        None,
-                        false,
-                    )?;
-                } else {
-                    let out = out_view(run.out, out_rows.clone());
-                    let own = run.drop_own.then_some(first_query);
-                    self.knn_place(&best, (&out, run.k, 0), count, kept, 0, own, run.metric.is_similarity())?;
-                }
+    /// Queues queries `first_query .. first_query + count` of `search` on this handle's
+    /// stream, with `buffers`: each column tile's distances and best, then their merge.
+    fn knn_query_tile<T: KnnStorage>(
+        &self,
+        search: &KnnSearch<'_, '_, T>,
+        buffers: &mut KnnBuffers,
+        first_query: usize,
+        count: usize,
+    ) -> Result<()> {
+        let (run, tiles, kept) = (search.run, search.tiles, search.kept);
+        let (merges, finishes) = (search.merges(), search.finishes());
+        let query_part = search.queries.part(first_query, count);
+        let norms_part = search.query_norms.offset(if search.needs_norms { first_query as u64 } else { 0 });
+        let out_rows = first_query * run.k..(first_query + count) * run.k;
+        let own = run.drop_own.then_some(first_query);
+        let KnnBuffers { distances, per_tile, candidates, workspace } = buffers;
+        for tile in 0..tiles.base_tiles {
+            let (first_base, base_count) = tiles.base_range(search.base.count, tile);
+            let tile_distances = distances.view(0, count * base_count);
+            self.knn_distance_tile(
+                (query_part, norms_part),
+                (search.base.part(first_base, base_count), run.base_norms.offset(first_base as u64)),
+                search.dim,
+                run.metric,
+                tile_distances.global_ptr(),
+            )?;
+            let spec = RowsSpec::dense(count, base_count, base_count, kept)?;
+            if !merges && !finishes {
+                // One column tile, nothing to finish: straight into the caller's rows.
+                let mut out = out_view(run.out, out_rows.clone());
+                self.knn_select(&tile_distances, &spec, kept, GlobalPtr::null(), workspace, &mut out)?;
+                continue;
             }
+            let mut best = out_view(per_tile, 0..count * kept);
+            self.knn_select(&tile_distances, &spec, kept, GlobalPtr::null(), workspace, &mut best)?;
             if merges {
-                let cols = tiles.base_tiles * kept;
-                let spec = RowsSpec::dense(count, cols, cols, kept)?;
-                let values = candidates.values.view(0, count * cols);
-                let indices = candidates.indices.global_ptr();
-                if finishes {
-                    let mut best = TopK {
-                        values: per_tile.values.view(0, count * kept),
-                        indices: per_tile.indices.view(0, count * kept),
-                    };
-                    self.knn_select(&values, &spec, kept, indices, &mut workspace, &mut best)?;
-                    let out = out_view(run.out, out_rows.clone());
-                    let own = run.drop_own.then_some(first_query);
-                    self.knn_place(&best, (&out, run.k, 0), count, kept, 0, own, run.metric.is_similarity())?;
-                } else {
-                    let mut out = out_view(run.out, out_rows.clone());
-                    self.knn_select(&values, &spec, kept, indices, &mut workspace, &mut out)?;
-                }
+                let row = tiles.base_tiles * kept;
+                self.knn_place(&best, (candidates, row, tile * kept), count, kept, first_base, None, false)?;
+            } else {
+                let out = out_view(run.out, out_rows.clone());
+                self.knn_place(&best, (&out, run.k, 0), count, kept, 0, own, run.metric.is_similarity())?;
             }
-            first_query += count;
+        }
+        if merges {
+            let cols = tiles.base_tiles * kept;
+            let spec = RowsSpec::dense(count, cols, cols, kept)?;
+            let values = candidates.values.view(0, count * cols);
+            let indices = candidates.indices.global_ptr();
+            if finishes {
+                let mut best = out_view(per_tile, 0..count * kept);
+                self.knn_select(&values, &spec, kept, indices, workspace, &mut best)?;
+                let out = out_view(run.out, out_rows);
+                self.knn_place(&best, (&out, run.k, 0), count, kept, 0, own, run.metric.is_similarity())?;
+            } else {
+                let mut out = out_view(run.out, out_rows);
+                self.knn_select(&values, &spec, kept, indices, workspace, &mut out)?;
+            }
         }
         Ok(())
     }
