@@ -8,7 +8,7 @@ mod common;
 
 use common::{gpu, on_emulator, several_handles};
 use gpu_select::{
-    Error, Gpu, Metric, MultiGpuIndex, Neighbours, Placement, Tuning, VectorComponent, Vectors,
+    Error, Gpu, Metric, MultiGpuIndex, Neighbours, Placement, TopK, TopKOut, Tuning, VectorComponent, Vectors,
 };
 use gpu_select_kernels::knn::{Bf16Bits, Component, F16Bits};
 use half::{bf16, f16};
@@ -457,5 +457,82 @@ fn several_gpus_sharded_or_replicated_equal_one() {
     assert!(matches!(
         MultiGpuIndex::new(&[] as &[Gpu], &small, dim, Metric::L2, Placement::Sharded),
         Err(Error::InvalidArgument { .. })
+    ));
+}
+
+#[test]
+fn a_plan_runs_again_into_the_callers_memory() {
+    let gpu = gpu();
+    let mut rng = StdRng::seed_from_u64(41);
+    let (queries_count, base_count, dim, k) = (40, 500, 9, 12);
+    let base = random_vectors(&mut rng, base_count, dim);
+    let data = gpu.upload(&base).unwrap();
+    for (metric, streams) in [(Metric::L2, 1), (Metric::Cosine, 2)] {
+        // A small budget: several query and column tiles, over one or two streams.
+        let tuned = gpu.with_tuning(Tuning { knn_tile_bytes: 40_000, knn_streams: streams, ..*gpu.tuning() });
+        let index = tuned.flat_index(Vectors::new(&data, base_count, dim).unwrap(), metric).unwrap();
+        let plan = index.plan_search(queries_count, k).unwrap();
+        assert_eq!((plan.queries(), plan.k(), plan.outputs()), (queries_count, k, queries_count * k));
+        // Outputs and workspace as parts of larger buffers of the caller's.
+        let mut values = gpu.alloc_zeroed::<f32>(plan.outputs() + 7).unwrap();
+        let mut indices = gpu.alloc_zeroed::<u64>(plan.outputs() + 3).unwrap();
+        let mut workspace = gpu.alloc_zeroed::<u8>(plan.workspace_bytes() + 512).unwrap();
+        for round in 0..3 {
+            let queries = random_vectors(&mut rng, queries_count, dim);
+            let uploaded = gpu.upload(&queries).unwrap();
+            let out = TopKOut::new(values.slice_mut(7..), indices.slice_mut(..plan.outputs()));
+            index
+                .search_into(
+                    &plan,
+                    Vectors::new(&uploaded, queries_count, dim).unwrap(),
+                    out,
+                    workspace.slice_mut(512..),
+                )
+                .unwrap();
+            let got = (
+                gpu.download(&values).unwrap()[7..].to_vec(),
+                gpu.download(&indices).unwrap()[..plan.outputs()].to_vec(),
+            );
+            assert_eq!(got, search(&gpu, &queries, &base, dim, k, metric), "{metric:?} round {round}");
+        }
+        // What the plan was not made for.
+        let queries = gpu.upload(&vec![0.5f32; (queries_count + 1) * dim]).unwrap();
+        let mut out = TopK {
+            values: gpu.alloc_zeroed(plan.outputs()).unwrap(),
+            indices: gpu.alloc_zeroed(plan.outputs()).unwrap(),
+        };
+        let other_count = Vectors::new(&queries, queries_count + 1, dim).unwrap();
+        let refused = index.search_into(&plan, other_count, &mut out, &mut workspace);
+        assert!(matches!(refused, Err(Error::InvalidArgument { .. })), "{refused:?}");
+        let right = queries.slice(..queries_count * dim);
+        let mut small = gpu.alloc_zeroed::<u8>(plan.workspace_bytes() - 1).unwrap();
+        let refused =
+            index.search_into(&plan, Vectors::new(right, queries_count, dim).unwrap(), &mut out, &mut small);
+        assert!(matches!(refused, Err(Error::WorkspaceTooSmall { .. })), "{refused:?}");
+        let mut short = TopK {
+            values: gpu.alloc_zeroed(plan.outputs() - 1).unwrap(),
+            indices: gpu.alloc_zeroed(plan.outputs()).unwrap(),
+        };
+        let right = queries.slice(..queries_count * dim);
+        let refused = index.search_into(
+            &plan,
+            Vectors::new(right, queries_count, dim).unwrap(),
+            &mut short,
+            &mut workspace,
+        );
+        assert!(matches!(refused, Err(Error::LengthMismatch { .. })), "{refused:?}");
+        let other = gpu.upload_flat_index(&base[..100 * dim], dim, metric).unwrap();
+        let right = queries.slice(..queries_count * dim);
+        let refused = other.search_into(
+            &plan,
+            Vectors::new(right, queries_count, dim).unwrap(),
+            &mut out,
+            &mut workspace,
+        );
+        assert!(matches!(refused, Err(Error::InvalidArgument { .. })), "{refused:?}");
+    }
+    assert!(matches!(
+        gpu.upload_flat_index(&base, dim, Metric::L2).unwrap().plan_search(0, 1),
+        Err(Error::EmptyInput)
     ));
 }

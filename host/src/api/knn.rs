@@ -7,11 +7,11 @@ use gpu_select_kernels::knn::Metric;
 use std::marker::PhantomData;
 
 use crate::buffer::DeviceBuffer;
-use crate::engine::knn::{KnnRun, KnnStorage, VectorSet};
+use crate::engine::knn::{KnnPlan, KnnRun, KnnStorage, VectorSet};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
-use crate::results::{Neighbours, TopK};
-use crate::view::DeviceSlice;
+use crate::results::{Neighbours, TopK, TopKOut};
+use crate::view::{DeviceSlice, DeviceSliceMut};
 
 /// What vector components may be stored as: `f32`, or half the bytes as `half::f16` or
 /// `half::bf16` (widened to `f32` exactly as the kernels read them; every product and
@@ -200,12 +200,37 @@ impl<'a, T: VectorComponent> FlatIndex<'a, T> {
     /// Errors: [`Error::InvalidArgument`] for queries of another dimension, or on another
     /// device; [`Error::KOutOfRange`] unless `1 ≤ k ≤` the base's size.
     pub fn search(&self, queries: Vectors<'_, T>, k: usize) -> Result<Neighbours> {
-        queries.data.buffer().check_gpu(&self.gpu, "the queries")?;
-        if queries.dim != self.dim {
-            return Err(Error::invalid(format!(
-                "queries of {} components searched in an index of {}",
-                queries.dim, self.dim
-            )));
+        let plan = self.plan_search(queries.count, k)?;
+        self.with_outputs(&plan, |out, workspace| self.run_planned(&plan, &queries, out, workspace))
+    }
+
+    /// Plans searches of `queries` vectors for their `k` nearest: the checks of
+    /// [`FlatIndex::search`], the tiles, and the workspace bytes a run needs
+    /// ([`SearchPlan::workspace_bytes`]). Run it with [`FlatIndex::search_into`], as often as
+    /// wanted, with no allocation.
+    ///
+    /// ```
+    /// use gpu_select::{Gpu, Metric, TopK, Vectors};
+    ///
+    /// let gpu = Gpu::emulator();
+    /// let base = gpu.upload(&[0.0f32, 1.0, 2.0, 3.0, 4.0])?;
+    /// let index = gpu.flat_index(Vectors::new(&base, 5, 1)?, Metric::L2)?;
+    /// let plan = index.plan_search(2, 2)?;
+    /// let mut workspace = gpu.alloc_zeroed::<u8>(plan.workspace_bytes())?;
+    /// let mut out = TopK { values: gpu.alloc_zeroed(plan.outputs())?, indices: gpu.alloc_zeroed(plan.outputs())? };
+    /// for batch in [[0.2f32, 3.9], [1.6, 2.4]] {
+    ///     let queries = gpu.upload(&batch)?;
+    ///     index.search_into(&plan, Vectors::new(&queries, 2, 1)?, &mut out, &mut workspace)?;
+    /// }
+    /// assert_eq!(gpu.download(&out.indices)?, [2, 1, 2, 3]); // the last batch's
+    /// # Ok::<(), gpu_select::Error>(())
+    /// ```
+    ///
+    /// Errors: [`Error::EmptyInput`] for no queries; [`Error::KOutOfRange`] unless
+    /// `1 ≤ k ≤ len()`.
+    pub fn plan_search(&self, queries: usize, k: usize) -> Result<SearchPlan> {
+        if queries == 0 {
+            return Err(Error::EmptyInput);
         }
         if k == 0 || k > self.base.count {
             return Err(Error::k_out_of_range(
@@ -215,7 +240,28 @@ impl<'a, T: VectorComponent> FlatIndex<'a, T> {
                 format!("the index holds {} vectors", self.base.count),
             ));
         }
-        self.run(queries.set(), k, false)
+        let plan = self.gpu.plan_knn(queries, self.base.count, k, self.metric, false)?;
+        Ok(SearchPlan { gpu: self.gpu.clone(), dim: self.dim, plan })
+    }
+
+    /// Runs `plan` on `queries` (as many as planned, of the index's dimension) into `out`
+    /// (`plan.outputs()` distances and indices: a [`TopK`]'s buffers or views of the
+    /// caller's memory) with `workspace` (at least `plan.workspace_bytes()` bytes): no
+    /// allocation; queued on the index's handle's stream, nothing waits.
+    ///
+    /// Errors: [`Error::InvalidArgument`] for queries of another shape than planned, another
+    /// index's plan, memory on another device; [`Error::LengthMismatch`] for outputs of
+    /// another length; [`Error::WorkspaceTooSmall`].
+    pub fn search_into<'o>(
+        &self,
+        plan: &SearchPlan,
+        queries: Vectors<'_, T>,
+        out: impl Into<TopKOut<'o, f32>>,
+        workspace: impl Into<DeviceSliceMut<'o, u8>>,
+    ) -> Result<()> {
+        let (mut out, mut workspace) = (out.into(), workspace.into());
+        let mut out = TopK { values: out.values.buffer_mut(), indices: out.indices.buffer_mut() };
+        self.run_planned(plan, &queries, &mut out, &workspace.buffer_mut())
     }
 
     /// [`FlatIndex::search`] of queries in a host slice (`count · dim` values): uploads
@@ -252,7 +298,9 @@ impl<'a, T: VectorComponent> FlatIndex<'a, T> {
                 format!("a graph of {} vectors leaves each {} others", self.base.count, self.base.count - 1),
             ));
         }
-        self.run(self.base, k, true)
+        let plan = self.gpu.plan_knn(self.base.count, self.base.count, k, self.metric, true)?;
+        let plan = SearchPlan { gpu: self.gpu.clone(), dim: self.dim, plan };
+        self.with_outputs(&plan, |out, workspace| self.run_core(&plan, self.base, out, workspace))
     }
 
     /// Queues every distance of `queries` to the base into `out` (`queries.count() · len()`,
@@ -283,14 +331,89 @@ impl<'a, T: VectorComponent> FlatIndex<'a, T> {
         )
     }
 
-    fn run(&self, queries: VectorSet<T>, k: usize, drop_own: bool) -> Result<Neighbours> {
-        let len = queries.count.checked_mul(k).ok_or_else(|| Error::invalid("queries · k overflows"))?;
+    /// Runs `run` with `plan`'s outputs and workspace taken from the pool.
+    fn with_outputs(
+        &self,
+        plan: &SearchPlan,
+        run: impl FnOnce(&mut TopK<f32>, &DeviceBuffer<u8>) -> Result<()>,
+    ) -> Result<Neighbours> {
+        let (len, bytes) = (plan.outputs(), plan.workspace_bytes());
         let mut out =
             TopK { values: self.gpu.alloc_uninit::<f32>(len)?, indices: self.gpu.alloc_uninit::<u64>(len)? };
-        let run =
-            KnnRun { metric: self.metric, k, base_norms: self.norms.global_ptr(), drop_own, out: &mut out };
-        self.gpu.run_knn(queries, self.base, self.dim, run)?;
+        run(&mut out, &self.gpu.alloc_uninit::<u8>(bytes.max(1))?)?;
         Ok(Neighbours { distances: out.values, indices: out.indices })
+    }
+
+    /// The engine's run of `plan` on `queries`.
+    fn run_core(
+        &self,
+        plan: &SearchPlan,
+        queries: VectorSet<T>,
+        out: &mut TopK<f32>,
+        workspace: &DeviceBuffer<u8>,
+    ) -> Result<()> {
+        let run = KnnRun { base_norms: self.norms.global_ptr(), out };
+        self.gpu.run_knn(&plan.plan, (queries, self.base, self.dim), workspace, run)
+    }
+
+    /// Checks `queries`, the outputs and the workspace against `plan`, then runs it.
+    fn run_planned(
+        &self,
+        plan: &SearchPlan,
+        queries: &Vectors<'_, T>,
+        out: &mut TopK<f32>,
+        workspace: &DeviceBuffer<u8>,
+    ) -> Result<()> {
+        queries.data.buffer().check_gpu(&self.gpu, "the queries")?;
+        if !plan.gpu.same_device(&self.gpu) || plan.dim != self.dim || plan.plan.base != self.base.count {
+            return Err(Error::invalid("the plan was made for another index"));
+        }
+        if queries.dim != self.dim {
+            return Err(Error::invalid(format!(
+                "queries of {} components searched in an index of {}",
+                queries.dim, self.dim
+            )));
+        }
+        if queries.count != plan.plan.queries {
+            return Err(Error::invalid(format!(
+                "{} queries, the plan is for {}",
+                queries.count, plan.plan.queries
+            )));
+        }
+        self.gpu.check_outputs(out, plan.outputs(), ["k-NN output distances", "k-NN output indices"])?;
+        self.gpu.check_workspace(workspace, plan.workspace_bytes())?;
+        self.run_core(plan, queries.set(), out, workspace)
+    }
+}
+
+/// A search of a [`FlatIndex`] made ready for a number of queries and a `k`
+/// ([`FlatIndex::plan_search`]): its tiles and the workspace a run needs.
+#[derive(Clone, Debug)]
+pub struct SearchPlan {
+    gpu: Gpu,
+    dim: usize,
+    plan: KnnPlan,
+}
+
+impl SearchPlan {
+    /// Bytes of workspace a run needs ([`FlatIndex::search_into`]).
+    pub fn workspace_bytes(&self) -> usize {
+        self.plan.workspace_bytes
+    }
+
+    /// Distances (and indices) a run writes: `queries · k`.
+    pub fn outputs(&self) -> usize {
+        self.plan.queries * self.plan.k
+    }
+
+    /// The number of queries planned for.
+    pub fn queries(&self) -> usize {
+        self.plan.queries
+    }
+
+    /// The `k` planned for.
+    pub fn k(&self) -> usize {
+        self.plan.k
     }
 }
 

@@ -23,6 +23,6 @@ mod sort;
 mod top_k;
 
 pub use input::Keys;
-pub use knn::{FlatIndex, MultiGpuIndex, Placement, VectorComponent, Vectors};
+pub use knn::{FlatIndex, MultiGpuIndex, Placement, SearchPlan, VectorComponent, Vectors};
 pub use select::SelectPlan;
 pub use top_k::TopKPlan;

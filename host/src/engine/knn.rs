@@ -24,6 +24,7 @@ use crate::engine::rows::{RowsAlgorithm, RowsSpec};
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, LaunchShape};
 use crate::results::TopK;
+use crate::workspace::{WorkspaceCarver, check_key_count};
 
 /// Blocks of the warp-per-row kernels at most (grid-stride beyond).
 const MAX_ROW_BLOCKS: u64 = 4096;
@@ -135,20 +136,47 @@ impl KnnTiles {
     }
 }
 
-/// One search's shape, shared by its streams.
-struct KnnSearch<'r, 'o, T> {
-    queries: VectorSet<T>,
-    base: VectorSet<T>,
-    dim: usize,
-    query_norms: GlobalPtr<f32>,
-    needs_norms: bool,
+/// A search made ready for one shape ([`Gpu::plan_knn`]): its tiles, its streams, and
+/// where its buffers lie in its workspace. The size query and the run read the same layout.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct KnnPlan {
+    pub(crate) queries: usize,
+    pub(crate) base: usize,
+    pub(crate) k: usize,
+    pub(crate) metric: Metric,
+    /// A k-NN graph: query `i` is base vector `i`, and drops itself.
+    pub(crate) drop_own: bool,
     tiles: KnnTiles,
-    /// Neighbours kept per query and tile (`k`, or `k + 1` for a graph).
-    kept: usize,
-    run: &'r KnnRun<'o>,
+    /// Streams taking the query tiles in turn (this handle's first).
+    streams: usize,
+    /// Offset of the queries' squared norms.
+    query_norms: usize,
+    /// Offset of the first stream's buffers; stream `s`'s at `+ s · stream_bytes`.
+    first_stream: usize,
+    stream_bytes: usize,
+    regions: StreamRegions,
+    pub(crate) workspace_bytes: usize,
 }
 
-impl<T> KnnSearch<'_, '_, T> {
+/// Where one stream's buffers lie, from the stream's first byte, and their lengths.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct StreamRegions {
+    /// A distance tile: offset, `query_tile × longest column tile` distances.
+    distances: (usize, usize),
+    /// A tile's best: offsets of distances and indices, `query_tile × kept`.
+    best: (usize, usize, usize),
+    /// The candidates of every column tile: offsets, `query_tile × base_tiles × kept`.
+    candidates: (usize, usize, usize),
+    /// The rows top-k's workspace: offset, bytes.
+    rows: (usize, usize),
+}
+
+impl KnnPlan {
+    /// Neighbours kept per query and tile (`k`, or `k + 1` for a graph).
+    fn kept(&self) -> usize {
+        self.k + usize::from(self.drop_own)
+    }
+
     /// Whether column tiles are merged (more than one).
     fn merges(&self) -> bool {
         self.tiles.base_tiles > 1
@@ -156,26 +184,28 @@ impl<T> KnnSearch<'_, '_, T> {
 
     /// Whether the kept neighbours are placed again at the end (signs, a graph's own index).
     fn finishes(&self) -> bool {
-        self.run.metric.is_similarity() || self.run.drop_own
+        self.metric.is_similarity() || self.drop_own
+    }
+
+    /// Whether the queries' norms are needed (not for the inner product).
+    fn needs_norms(&self) -> bool {
+        self.metric != Metric::InnerProduct
     }
 }
 
-/// One stream's buffers of a search ([`Gpu::knn_buffers`]).
+/// One stream's buffers of a search: views of the workspace.
 struct KnnBuffers {
     distances: DeviceBuffer<f32>,
-    per_tile: TopK<f32>,
+    best: TopK<f32>,
     candidates: TopK<f32>,
-    workspace: DeviceBuffer<u8>,
+    rows: DeviceBuffer<u8>,
 }
 
-/// What a search writes and how: `rows · k` neighbours, nearest first.
+/// What a run reads besides the plan and the vectors, and where it writes.
 pub(crate) struct KnnRun<'o> {
-    pub(crate) metric: Metric,
-    pub(crate) k: usize,
     /// The base's squared norms (unused for the inner product).
     pub(crate) base_norms: GlobalPtr<f32>,
-    /// A k-NN graph: query `i` is base vector `i`, and drops itself.
-    pub(crate) drop_own: bool,
+    /// `queries · k` neighbours, query after query.
     pub(crate) out: &'o mut TopK<f32>,
 }
 
@@ -200,51 +230,156 @@ impl Gpu {
         self.launch(T::NORMS, shape, params)
     }
 
-    /// Queues a search of `queries` against `base` (both of `dim` components) into
-    /// `run.out`, in tiles ([`KnnTiles::plan`] within the handle's tuning), the query tiles
-    /// taken in turn by [`Tuning::knn_streams`](crate::Tuning::knn_streams) streams (this
-    /// handle's and forked ones, each with buffers of its own; this handle's stream waits
-    /// for the others at the end).
-    pub(crate) fn run_knn<T: KnnStorage>(
+    /// Plans a search of `queries` vectors against `base` keeping `k` each (`k + 1`, then
+    /// one dropped, for a graph): tiles within [`Tuning::knn_tile_bytes`](crate::Tuning),
+    /// [`Tuning::knn_streams`](crate::Tuning) streams, and the workspace's layout.
+    pub(crate) fn plan_knn(
         &self,
-        queries: VectorSet<T>,
-        base: VectorSet<T>,
-        dim: usize,
-        run: KnnRun<'_>,
-    ) -> Result<()> {
-        let kept = run.k + usize::from(run.drop_own);
-        let streams = self.tuning().knn_streams.max(1);
-        let tiles = KnnTiles::plan(queries.count, base.count, kept, self.tuning().knn_tile_bytes / streams);
-        let needs_norms = run.metric != Metric::InnerProduct;
-        let query_norms = self.alloc_uninit::<f32>(if needs_norms { queries.count } else { 1 })?;
-        if needs_norms {
-            self.knn_norms(queries, dim, query_norms.global_ptr())?;
-        }
-        let search = KnnSearch {
+        queries: usize,
+        base: usize,
+        k: usize,
+        metric: Metric,
+        drop_own: bool,
+    ) -> Result<KnnPlan> {
+        check_key_count(queries)?;
+        check_key_count(base)?;
+        let kept = k + usize::from(drop_own);
+        let wanted_streams = self.tuning().knn_streams.max(1);
+        let tiles = KnnTiles::plan(queries, base, kept, self.tuning().knn_tile_bytes / wanted_streams);
+        let streams = wanted_streams.min(queries.div_ceil(tiles.query_tile));
+        let mut plan = KnnPlan {
             queries,
             base,
-            dim,
-            query_norms: query_norms.global_ptr(),
-            needs_norms,
+            k,
+            metric,
+            drop_own,
             tiles,
-            kept,
-            run: &run,
+            streams,
+            query_norms: 0,
+            first_stream: 0,
+            stream_bytes: 0,
+            regions: StreamRegions {
+                distances: (0, 0),
+                best: (0, 0, 0),
+                candidates: (0, 0, 0),
+                rows: (0, 0),
+            },
+            workspace_bytes: 0,
         };
+        // The rows top-k's workspace: the largest any of the search's shapes needs.
+        let mut rows_bytes = 0;
+        for query_tile in [tiles.query_tile, queries % tiles.query_tile] {
+            if query_tile == 0 {
+                continue;
+            }
+            for tile in [0, tiles.base_tiles - 1] {
+                let cols = tiles.base_range(base, tile).1;
+                rows_bytes = rows_bytes.max(self.knn_rows_workspace(query_tile, cols, kept)?);
+            }
+            if plan.merges() {
+                let cols = tiles.base_tiles * kept;
+                rows_bytes = rows_bytes.max(self.knn_rows_workspace(query_tile, cols, kept)?);
+            }
+        }
+        // One stream's regions, from its first byte.
+        let distances_len = tiles.query_tile * tiles.base_range(base, 0).1;
+        let best_len = if plan.merges() || plan.finishes() { tiles.query_tile * kept } else { 0 };
+        let candidates_len = if plan.merges() { tiles.query_tile * tiles.base_tiles * kept } else { 0 };
+        let mut stream = WorkspaceCarver::default();
+        plan.regions = StreamRegions {
+            distances: (stream.region(distances_len * 4), distances_len),
+            best: (stream.region(best_len * 4), stream.region(best_len * 8), best_len),
+            candidates: (
+                stream.region(candidates_len * 4),
+                stream.region(candidates_len * 8),
+                candidates_len,
+            ),
+            rows: (stream.region(rows_bytes), rows_bytes),
+        };
+        plan.stream_bytes = stream.bytes();
+        let mut whole = WorkspaceCarver::default();
+        plan.query_norms = whole.region(if plan.needs_norms() { queries * 4 } else { 0 });
+        plan.first_stream = whole.region(streams * plan.stream_bytes);
+        plan.workspace_bytes = whole.bytes();
+        Ok(plan)
+    }
+
+    /// Queues `plan`'s search of `queries` against `base` (both of `dim` components) into
+    /// `run.out`, with `workspace` (at least `plan.workspace_bytes`): the queries' norms,
+    /// then the query tiles taken in turn by the plan's streams (this handle's and forked
+    /// ones, each with its buffers in the workspace; this handle's stream waits for the
+    /// others at the end).
+    pub(crate) fn run_knn<T: KnnStorage>(
+        &self,
+        plan: &KnnPlan,
+        (queries, base, dim): (VectorSet<T>, VectorSet<T>, usize),
+        workspace: &DeviceBuffer<u8>,
+        run: KnnRun<'_>,
+    ) -> Result<()> {
+        let address = |offset: usize| workspace.global_ptr().address() + offset as u64;
+        let query_norms = GlobalPtr::from_address(address(plan.query_norms));
+        if plan.needs_norms() {
+            self.knn_norms(queries, dim, query_norms)?;
+        }
         let mut handles = vec![self.clone()];
-        for _ in 1..streams.min(queries.count.div_ceil(tiles.query_tile)) {
+        for _ in 1..plan.streams {
             let forked = self.fork_stream()?;
-            // After the query norms and the outputs' allocation.
+            // After the queries' norms, and whatever came before on this handle.
             forked.wait_for(self)?;
             handles.push(forked);
         }
-        let mut buffers =
-            handles.iter().map(|handle| handle.knn_buffers(&search)).collect::<Result<Vec<_>>>()?;
-        let mut first_query = 0;
-        let mut turn = 0;
-        while first_query < queries.count {
-            let count = tiles.query_tile.min(queries.count - first_query);
+        let regions = plan.regions;
+        let mut buffers: Vec<KnnBuffers> = handles
+            .iter()
+            .enumerate()
+            .map(|(s, handle)| {
+                let start = plan.first_stream + s * plan.stream_bytes;
+                let at = |offset: usize| address(start + offset);
+                KnnBuffers {
+                    distances: DeviceBuffer::borrowed(
+                        handle.clone(),
+                        at(regions.distances.0),
+                        regions.distances.1,
+                        false,
+                    ),
+                    best: TopK {
+                        values: DeviceBuffer::borrowed(
+                            handle.clone(),
+                            at(regions.best.0),
+                            regions.best.2,
+                            false,
+                        ),
+                        indices: DeviceBuffer::borrowed(
+                            handle.clone(),
+                            at(regions.best.1),
+                            regions.best.2,
+                            false,
+                        ),
+                    },
+                    candidates: TopK {
+                        values: DeviceBuffer::borrowed(
+                            handle.clone(),
+                            at(regions.candidates.0),
+                            regions.candidates.2,
+                            false,
+                        ),
+                        indices: DeviceBuffer::borrowed(
+                            handle.clone(),
+                            at(regions.candidates.1),
+                            regions.candidates.2,
+                            false,
+                        ),
+                    },
+                    rows: DeviceBuffer::borrowed(handle.clone(), at(regions.rows.0), regions.rows.1, false),
+                }
+            })
+            .collect();
+        let search = (queries, base, dim, query_norms);
+        let (mut first_query, mut turn) = (0, 0);
+        while first_query < plan.queries {
+            let count = plan.tiles.query_tile.min(plan.queries - first_query);
             let at = turn % handles.len();
-            handles[at].knn_query_tile(&search, &mut buffers[at], first_query, count)?;
+            handles[at].knn_query_tile(plan, search, &run, &mut buffers[at], (first_query, count))?;
             first_query += count;
             turn += 1;
         }
@@ -254,82 +389,57 @@ impl Gpu {
         Ok(())
     }
 
-    /// One stream's buffers for `search`: a distance tile, a tile's best, the candidates,
-    /// the rows top-k's workspace (the largest any of the search's shapes needs).
-    fn knn_buffers<T: KnnStorage>(&self, search: &KnnSearch<'_, '_, T>) -> Result<KnnBuffers> {
-        let (tiles, kept) = (search.tiles, search.kept);
-        let longest_tile = tiles.base_range(search.base.count, 0).1;
-        let per_tile_len = if search.merges() || search.finishes() { tiles.query_tile * kept } else { 1 };
-        let candidates_len = if search.merges() { tiles.query_tile * tiles.base_tiles * kept } else { 1 };
-        let mut workspace_bytes = 0;
-        for query_tile in [tiles.query_tile, search.queries.count % tiles.query_tile] {
-            if query_tile == 0 {
-                continue;
-            }
-            for tile in [0, tiles.base_tiles - 1] {
-                let cols = tiles.base_range(search.base.count, tile).1;
-                workspace_bytes = workspace_bytes.max(self.knn_rows_workspace(query_tile, cols, kept)?);
-            }
-            if search.merges() {
-                let cols = tiles.base_tiles * kept;
-                workspace_bytes = workspace_bytes.max(self.knn_rows_workspace(query_tile, cols, kept)?);
-            }
-        }
-        Ok(KnnBuffers {
-            distances: self.alloc_uninit::<f32>(tiles.query_tile * longest_tile)?,
-            per_tile: TopK {
-                values: self.alloc_uninit::<f32>(per_tile_len)?,
-                indices: self.alloc_uninit::<u64>(per_tile_len)?,
-            },
-            candidates: TopK {
-                values: self.alloc_uninit::<f32>(candidates_len)?,
-                indices: self.alloc_uninit::<u64>(candidates_len)?,
-            },
-            workspace: self.alloc_uninit::<u8>(workspace_bytes.max(1))?,
-        })
-    }
-
-    /// Queues queries `first_query .. first_query + count` of `search` on this handle's
+    /// Queues queries `first_query .. first_query + count` of a search on this handle's
     /// stream, with `buffers`: each column tile's distances and best, then their merge.
     fn knn_query_tile<T: KnnStorage>(
         &self,
-        search: &KnnSearch<'_, '_, T>,
+        plan: &KnnPlan,
+        (queries, base, dim, query_norms): (VectorSet<T>, VectorSet<T>, usize, GlobalPtr<f32>),
+        run: &KnnRun<'_>,
         buffers: &mut KnnBuffers,
-        first_query: usize,
-        count: usize,
+        (first_query, count): (usize, usize),
     ) -> Result<()> {
-        let (run, tiles, kept) = (search.run, search.tiles, search.kept);
-        let (merges, finishes) = (search.merges(), search.finishes());
-        let query_part = search.queries.part(first_query, count);
-        let norms_part = search.query_norms.offset(if search.needs_norms { first_query as u64 } else { 0 });
-        let out_rows = first_query * run.k..(first_query + count) * run.k;
-        let own = run.drop_own.then_some(first_query);
-        let KnnBuffers { distances, per_tile, candidates, workspace } = buffers;
+        let (tiles, kept) = (plan.tiles, plan.kept());
+        let (merges, finishes) = (plan.merges(), plan.finishes());
+        let query_part = queries.part(first_query, count);
+        let norms_part = query_norms.offset(if plan.needs_norms() { first_query as u64 } else { 0 });
+        let out_rows = first_query * plan.k..(first_query + count) * plan.k;
+        let own = plan.drop_own.then_some(first_query);
+        let negate = plan.metric.is_similarity();
+        let KnnBuffers { distances, best, candidates, rows } = buffers;
         for tile in 0..tiles.base_tiles {
-            let (first_base, base_count) = tiles.base_range(search.base.count, tile);
+            let (first_base, base_count) = tiles.base_range(base.count, tile);
             let tile_distances = distances.view(0, count * base_count);
             self.knn_distance_tile(
                 (query_part, norms_part),
-                (search.base.part(first_base, base_count), run.base_norms.offset(first_base as u64)),
-                search.dim,
-                run.metric,
+                (base.part(first_base, base_count), run.base_norms.offset(first_base as u64)),
+                dim,
+                plan.metric,
                 tile_distances.global_ptr(),
             )?;
             let spec = RowsSpec::dense(count, base_count, base_count, kept)?;
             if !merges && !finishes {
                 // One column tile, nothing to finish: straight into the caller's rows.
                 let mut out = out_view(run.out, out_rows.clone());
-                self.knn_select(&tile_distances, &spec, kept, GlobalPtr::null(), workspace, &mut out)?;
+                self.knn_select(&tile_distances, &spec, kept, GlobalPtr::null(), rows, &mut out)?;
                 continue;
             }
-            let mut best = out_view(per_tile, 0..count * kept);
-            self.knn_select(&tile_distances, &spec, kept, GlobalPtr::null(), workspace, &mut best)?;
+            let mut tile_best = out_view(best, 0..count * kept);
+            self.knn_select(&tile_distances, &spec, kept, GlobalPtr::null(), rows, &mut tile_best)?;
             if merges {
                 let row = tiles.base_tiles * kept;
-                self.knn_place(&best, (candidates, row, tile * kept), count, kept, first_base, None, false)?;
+                self.knn_place(
+                    &tile_best,
+                    (candidates, row, tile * kept),
+                    count,
+                    kept,
+                    first_base,
+                    None,
+                    false,
+                )?;
             } else {
                 let out = out_view(run.out, out_rows.clone());
-                self.knn_place(&best, (&out, run.k, 0), count, kept, 0, own, run.metric.is_similarity())?;
+                self.knn_place(&tile_best, (&out, plan.k, 0), count, kept, 0, own, negate)?;
             }
         }
         if merges {
@@ -338,13 +448,13 @@ impl Gpu {
             let values = candidates.values.view(0, count * cols);
             let indices = candidates.indices.global_ptr();
             if finishes {
-                let mut best = out_view(per_tile, 0..count * kept);
-                self.knn_select(&values, &spec, kept, indices, workspace, &mut best)?;
+                let mut merged = out_view(best, 0..count * kept);
+                self.knn_select(&values, &spec, kept, indices, rows, &mut merged)?;
                 let out = out_view(run.out, out_rows);
-                self.knn_place(&best, (&out, run.k, 0), count, kept, 0, own, run.metric.is_similarity())?;
+                self.knn_place(&merged, (&out, plan.k, 0), count, kept, 0, own, negate)?;
             } else {
                 let mut out = out_view(run.out, out_rows);
-                self.knn_select(&values, &spec, kept, indices, workspace, &mut out)?;
+                self.knn_select(&values, &spec, kept, indices, rows, &mut out)?;
             }
         }
         Ok(())
