@@ -7,7 +7,7 @@ use gpu_select_kernels::knn::Metric;
 use std::marker::PhantomData;
 
 use crate::buffer::DeviceBuffer;
-use crate::engine::knn::{KnnPlan, KnnRun, KnnStorage, VectorSet};
+use crate::engine::knn::{KnnPlan, KnnRun, KnnStorage, VectorSet, share};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::results::{Neighbours, TopK, TopKOut};
@@ -547,12 +547,6 @@ pub struct MultiGpuIndex<T: VectorComponent = f32> {
     metric: Metric,
 }
 
-/// `count` items shared out over `parts` in order, as equal as can be: `(first, len)` each.
-fn shares(count: usize, parts: usize) -> Vec<(usize, usize)> {
-    let (short, longer) = (count / parts, count % parts);
-    (0..parts).map(|p| (p * short + p.min(longer), short + usize::from(p < longer))).collect()
-}
-
 impl<T: VectorComponent> MultiGpuIndex<T> {
     /// Uploads `base` (`count · dim` values, host memory) to the GPUs of `gpus` as
     /// `placement` says (a GPU left without vectors, when the base has fewer than there are
@@ -568,7 +562,9 @@ impl<T: VectorComponent> MultiGpuIndex<T> {
         let (mut parts, mut first) = (Vec::new(), Vec::new());
         match placement {
             Placement::Sharded => {
-                for (gpu, (start, count)) in gpus.iter().zip(shares(len, gpus.len())) {
+                for (gpu, (start, count)) in
+                    gpus.iter().zip((0..gpus.len()).map(|part| share(len, gpus.len(), part)))
+                {
                     if count > 0 {
                         parts.push(gpu.upload_flat_index(
                             &base[start * dim..(start + count) * dim],
@@ -670,7 +666,11 @@ impl<T: VectorComponent> MultiGpuIndex<T> {
                 // Each part searches its share of the queries; the shares' results, in
                 // query order, on the first GPU.
                 let mut found = Vec::new();
-                for (part, (start, share)) in self.parts.iter().zip(shares(count, self.parts.len())) {
+                for (part, (start, share)) in self
+                    .parts
+                    .iter()
+                    .zip((0..self.parts.len()).map(|part| share(count, self.parts.len(), part)))
+                {
                     if share > 0 {
                         let data = part.gpu.upload(&queries[start * self.dim..(start + share) * self.dim])?;
                         let neighbours = part.search(Vectors::new(&data, share, self.dim)?, k)?;

@@ -130,10 +130,15 @@ impl KnnTiles {
 
     /// The first vector and the length of column tile `tile` of a base of `base` vectors.
     pub(crate) fn base_range(&self, base: usize, tile: usize) -> (usize, usize) {
-        let (short, longer) = (base / self.base_tiles, base % self.base_tiles);
-        let first = tile * short + tile.min(longer);
-        (first, short + usize::from(tile < longer))
+        share(base, self.base_tiles, tile)
     }
+}
+
+/// Share `part` of `count` items cut into `parts` in order, as equal as can be (the first
+/// `count % parts` one longer): its first item and its length.
+pub(crate) fn share(count: usize, parts: usize, part: usize) -> (usize, usize) {
+    let (short, longer) = (count / parts, count % parts);
+    (part * short + part.min(longer), short + usize::from(part < longer))
 }
 
 /// A search made ready for one shape ([`Gpu::plan_knn`]): its tiles, its streams, and
