@@ -521,6 +521,17 @@ fn a_plan_runs_again_into_the_callers_memory() {
             &mut workspace,
         );
         assert!(matches!(refused, Err(Error::LengthMismatch { .. })), "{refused:?}");
+        // Another index: of another size, or of the same base by another metric.
+        let same_base_other_metric =
+            tuned.flat_index(Vectors::new(&data, base_count, dim).unwrap(), Metric::InnerProduct).unwrap();
+        let right = queries.slice(..queries_count * dim);
+        let refused = same_base_other_metric.search_into(
+            &plan,
+            Vectors::new(right, queries_count, dim).unwrap(),
+            &mut out,
+            &mut workspace,
+        );
+        assert!(matches!(refused, Err(Error::InvalidArgument { .. })), "{refused:?}");
         let other = gpu.upload_flat_index(&base[..100 * dim], dim, metric).unwrap();
         let right = queries.slice(..queries_count * dim);
         let refused = other.search_into(

@@ -365,7 +365,9 @@ impl<'a, T: VectorComponent> FlatIndex<'a, T> {
         workspace: &DeviceBuffer<u8>,
     ) -> Result<()> {
         queries.data.buffer().check_gpu(&self.gpu, "the queries")?;
-        if !plan.gpu.same_device(&self.gpu) || plan.dim != self.dim || plan.plan.base != self.base.count {
+        let same_index =
+            plan.dim == self.dim && plan.plan.base == self.base.count && plan.plan.metric == self.metric;
+        if !plan.gpu.same_device(&self.gpu) || !same_index {
             return Err(Error::invalid("the plan was made for another index"));
         }
         if queries.dim != self.dim {
