@@ -142,11 +142,16 @@ fn shapes_at_the_tile_edges_match_the_brute_force() {
     for (queries_count, base_count, dim) in shapes {
         let queries = random_vectors(&mut rng, queries_count, dim);
         let base = random_vectors(&mut rng, base_count, dim);
-        for metric in [Metric::L2, Metric::InnerProduct, Metric::Cosine] {
-            for k in [1, 10.min(base_count), base_count] {
-                let found = search(&gpu, &queries, &base, dim, k, metric);
-                check(&queries, &base, dim, k, metric, false, (&found.0, &found.1));
-            }
+        search_and_check_every_metric(&gpu, (&queries, &base, dim), &[1, 10.min(base_count), base_count]);
+    }
+}
+
+/// Searches with every metric and each `k`, and checks every result against the brute force.
+fn search_and_check_every_metric(gpu: &Gpu, (queries, base, dim): (&[f32], &[f32], usize), ks: &[usize]) {
+    for metric in [Metric::L2, Metric::InnerProduct, Metric::Cosine] {
+        for &k in ks {
+            let found = search(gpu, queries, base, dim, k, metric);
+            check(queries, base, dim, k, metric, false, (&found.0, &found.1));
         }
     }
 }
@@ -161,12 +166,7 @@ fn clustered_and_duplicated_vectors_match_the_brute_force() {
     // Queries among the base vectors themselves (distance 0 to a duplicate) and new ones.
     let mut queries = base[..queries_count / 2 * dim].to_vec();
     queries.extend(clustered_vectors(&mut rng, queries_count - queries_count / 2, dim, 16));
-    for metric in [Metric::L2, Metric::InnerProduct, Metric::Cosine] {
-        for k in [1, 5, 64, 300] {
-            let found = search(&gpu, &queries, &base, dim, k, metric);
-            check(&queries, &base, dim, k, metric, false, (&found.0, &found.1));
-        }
-    }
+    search_and_check_every_metric(&gpu, (&queries, &base, dim), &[1, 5, 64, 300]);
 }
 
 #[test]

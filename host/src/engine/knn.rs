@@ -28,6 +28,9 @@ use crate::workspace::{WorkspaceCarver, check_key_count};
 
 /// Blocks of the warp-per-row kernels at most (grid-stride beyond).
 const MAX_ROW_BLOCKS: u64 = 4096;
+/// Streams a search takes at most, whatever the tuning asks (each is a CUDA stream made per
+/// search, with buffers of its own).
+const MAX_KNN_STREAMS: usize = 8;
 /// Queries per tile the planner starts from: enough for the product to
 /// fill the GPU (blocks of 128 × 128 distances), few enough that a column tile of a large base
 /// stays long.
@@ -249,7 +252,7 @@ impl Gpu {
         check_key_count(queries)?;
         check_key_count(base)?;
         let kept = k + usize::from(drop_own);
-        let wanted_streams = self.tuning().knn_streams.max(1);
+        let wanted_streams = self.tuning().knn_streams.clamp(1, MAX_KNN_STREAMS);
         let tiles = KnnTiles::plan(queries, base, kept, self.tuning().knn_tile_bytes / wanted_streams);
         let streams = wanted_streams.min(queries.div_ceil(tiles.query_tile));
         let mut plan = KnnPlan {
