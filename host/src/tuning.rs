@@ -60,10 +60,10 @@ pub struct Tuning {
     /// held).
     pub knn_tile_bytes: usize,
     /// k-NN: streams a search spreads its query tiles over (1: this handle's; at most 8,
-    /// at most one per query tile). With two,
-    /// one tile's product can overlap another's selections (the Faiss paper overlaps two);
-    /// each stream gets its own tiles within `knn_tile_bytes` shared out. Not yet measured,
-    /// so 1 stays the default until a benchmark shows the gain.
+    /// and at most one per query tile). With two, one tile's product can overlap another's
+    /// selections (the Faiss paper overlaps two); each stream gets its own tiles within
+    /// `knn_tile_bytes` shared out. Not yet measured, so 1 stays the default until a
+    /// benchmark shows the gain.
     pub knn_streams: usize,
 }
 
