@@ -1,6 +1,7 @@
 //! A property test of the public API on whatever backend runs the tests (the emulator in
 //! CI): random key types, lengths 0…5000, `k`, ranks, orders, algorithms, row shapes and
-//! quantiles, over keys that mix NaN, ±inf, ±0, subnormals, extremes and duplicates. Every
+//! quantiles, and exact k-NN (random shapes, metrics and `k`, vector components that mix
+//! the same specials), over keys that mix NaN, ±inf, ±0, subnormals, extremes and duplicates. Every
 //! call must match the CPU oracle or refuse its arguments with an argument error; none may
 //! panic or fail otherwise. `PROPTEST_CASES` sets the cases per test (32 by default here;
 //! a longer run is recorded in docs/results).
@@ -9,7 +10,7 @@ mod common;
 
 use common::gpu;
 use gpu_select::{
-    Algorithm, Error, Gpu, Key, MultiselectAlgorithm, NanPolicy, Order, OrderedBits, QuantileMethod,
+    Algorithm, Error, Gpu, Key, Metric, MultiselectAlgorithm, NanPolicy, Order, OrderedBits, QuantileMethod,
     QuantileOptions, SelectAlgorithm, SelectKey, SelectOptions, TopKOptions, reference,
 };
 use proptest::prelude::*;
@@ -205,6 +206,81 @@ fn check_api<K: PropKey + std::fmt::Debug>(keys: Vec<K>, k_seed: u64, choice: u6
     }
 }
 
+/// Exact k-NN of `queries` against `base` (both `dim` wide, components of `keys`'s mix):
+/// every answer has `k` distinct neighbours in range, nearest first (NaN last), and none
+/// is the query itself in a graph; with small integer components (exact distances) by
+/// squared L2, exactly the brute force's lists, ties by index. Or an argument error.
+fn check_knn(components: Vec<f32>, shape: u64, k_seed: u64) {
+    let gpu = gpu();
+    let dim = 1 + (shape % 9) as usize;
+    let count = components.len() / dim;
+    let queries = (shape >> 8) as usize % 7;
+    let metric = [Metric::L2, Metric::InnerProduct, Metric::Cosine][(shape >> 16) as usize % 3];
+    let k = match k_seed % 6 {
+        0 => 0,
+        1 => count + 1,
+        _ => (k_seed >> 3) as usize % (count + 1),
+    };
+    let graph = shape >> 24 & 1 == 1;
+    let base = &components[..count * dim];
+    let what = format!("knn count={count} dim={dim} queries={queries} k={k} {metric:?} graph={graph}");
+    let index = match gpu.upload_flat_index(base, dim, metric) {
+        Ok(index) => index,
+        Err(error) => return assert!(refuses_arguments(&error) && count == 0, "{what}: {error}"),
+    };
+    // The queries: the last base vectors, reversed (as many as there are, up to `queries`).
+    let query_values: Vec<f32> = base.iter().rev().take(queries * dim).copied().collect();
+    let queries = query_values.len() / dim;
+    let (rows, found) = if graph {
+        let found =
+            index.knn_graph(k).and_then(|n| Ok((gpu.download(&n.distances)?, gpu.download(&n.indices)?)));
+        (count, found)
+    } else {
+        (queries, index.search_host(&query_values, k))
+    };
+    let (distances, indices) = match found {
+        Ok(found) => found,
+        Err(error) => return assert!(refuses_arguments(&error), "{what}: {error}"),
+    };
+    assert_eq!((distances.len(), indices.len()), (rows * k, rows * k), "{what}");
+    let nearer_first = |d: f32| if metric == Metric::L2 { d } else { -d };
+    let small = base.iter().chain(&query_values).all(|v| v.fract() == 0.0 && (0.0..6.0).contains(v));
+    for row in 0..rows {
+        let (row_indices, row_distances) =
+            (&indices[row * k..(row + 1) * k], &distances[row * k..(row + 1) * k]);
+        let mut seen = std::collections::HashSet::new();
+        for (place, (&index, &distance)) in row_indices.iter().zip(row_distances).enumerate() {
+            assert!((index as usize) < count && seen.insert(index), "{what}: row {row}: {row_indices:?}");
+            assert!(!graph || index as usize != row, "{what}: row {row} holds itself");
+            if place > 0 {
+                let previous = row_distances[place - 1];
+                let in_order = previous.is_nan() <= distance.is_nan()
+                    && (distance.is_nan() || nearer_first(previous) <= nearer_first(distance));
+                assert!(in_order, "{what}: row {row} out of order: {row_distances:?}");
+            }
+        }
+        if small && metric == Metric::L2 {
+            let query = if graph {
+                &base[row * dim..(row + 1) * dim]
+            } else {
+                &query_values[row * dim..(row + 1) * dim]
+            };
+            let mut all: Vec<(f32, u64)> = (0..count)
+                .filter(|&j| !graph || j != row)
+                .map(|j| {
+                    (
+                        base[j * dim..(j + 1) * dim].iter().zip(query).map(|(a, b)| (a - b) * (a - b)).sum(),
+                        j as u64,
+                    )
+                })
+                .collect();
+            all.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            let want: Vec<u64> = all[..k].iter().map(|&(_, j)| j).collect();
+            assert_eq!(row_indices, want, "{what}: row {row}");
+        }
+    }
+}
+
 fn quantile_list() -> impl Strategy<Value = Vec<f64>> {
     proptest::collection::vec(
         prop_oneof![4 => 0.0f64..=1.0, 1 => Just(0.0), 1 => Just(1.0), 1 => Just(1.5)],
@@ -218,6 +294,12 @@ proptest! {
     #[test]
     fn f32_calls_match_the_oracle_or_refuse(keys in keys::<f32>(), k in any::<u64>(), choice in any::<u64>(), qs in quantile_list()) {
         check_api(keys, k, choice, qs);
+    }
+
+    #[test]
+    fn knn_calls_match_the_oracle_or_refuse(components in keys::<f32>(), shape in any::<u64>(), k in any::<u64>()) {
+        // At most 600 components: the emulator's product grows as count² · dim.
+        check_knn(components.into_iter().take(600).collect(), shape, k);
     }
 
     #[test]
