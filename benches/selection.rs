@@ -529,38 +529,34 @@ fn bench_knn(gpu: &Gpu, cases: &mut Vec<Case>) {
         }
         samples.median()
     };
-    for (k, count) in
-        [(1, query_count), (10, query_count), (100, query_count), (1000, query_count), (10_000, 1000)]
-    {
-        let part = queries.slice(..count * dim);
-        let ms = median_of(Box::new(|| index.search(Vectors::new(&part, count, dim)?, k).map(|_| ())));
-        println!("knn: L2 {count} queries x 1e6 x 128, k={k}: {ms:.3} ms");
-        cases.push(Case {
-            group: "knn",
-            name: format!("L2 {count} queries x 1e6 x 128 k={k}"),
-            elements: (count * base_count) as u64,
-            bytes: base.bytes() as u64,
-            median_ms: ms,
-            floor_ms,
-            predicted_ms: None,
-        });
-    }
-    // Two streams taking the query tiles in turn (Tuning::knn_streams), against one.
+    // Two streams taking the query tiles in turn (Tuning::knn_streams), beside one at k = 100.
     let two_streams = gpu.with_tuning(Tuning { knn_streams: 2, ..*gpu.tuning() });
     let index_two =
         two_streams.flat_index(Vectors::new(&base, base_count, dim).unwrap(), Metric::L2).unwrap();
-    let ms =
-        median_of(Box::new(|| index_two.search(Vectors::new(&queries, query_count, dim)?, 100).map(|_| ())));
-    println!("knn: L2 {query_count} queries x 1e6 x 128, k=100, two streams: {ms:.3} ms");
-    cases.push(Case {
+    let knn_case = |name: String, elements: usize, bytes: usize, ms: f64| Case {
         group: "knn",
-        name: format!("L2 {query_count} queries x 1e6 x 128 k=100 two streams"),
-        elements: (query_count * base_count) as u64,
-        bytes: base.bytes() as u64,
+        name,
+        elements: elements as u64,
+        bytes: bytes as u64,
         median_ms: ms,
         floor_ms,
         predicted_ms: None,
-    });
+    };
+    let runs = [
+        (1, query_count, ""),
+        (10, query_count, ""),
+        (100, query_count, ""),
+        (100, query_count, " two streams"),
+    ];
+    let runs = runs.into_iter().chain([(1000, query_count, ""), (10_000, 1000, "")]);
+    for (k, count, label) in runs {
+        let part = queries.slice(..count * dim);
+        let index = if label.is_empty() { &index } else { &index_two };
+        let ms = median_of(Box::new(|| index.search(Vectors::new(&part, count, dim)?, k).map(|_| ())));
+        let name = format!("L2 {count} queries x 1e6 x 128 k={k}{label}");
+        println!("knn: {name}: {ms:.3} ms");
+        cases.push(knn_case(name, count * base_count, base.bytes(), ms));
+    }
     let tile_queries = 1024;
     let mut out = gpu.alloc_zeroed::<f32>(tile_queries * base_count).unwrap();
     let part = queries.slice(..tile_queries * dim);
@@ -572,15 +568,8 @@ fn bench_knn(gpu: &Gpu, cases: &mut Vec<Case>) {
         flops / ms / 1e9,
         out.bytes() as f64 / ms / 1e6
     );
-    cases.push(Case {
-        group: "knn",
-        name: format!("distance tiles 1024 x 1e6 x 128 ({:.1} TFLOP/s)", flops / ms / 1e9),
-        elements: (tile_queries * base_count) as u64,
-        bytes: out.bytes() as u64,
-        median_ms: ms,
-        floor_ms,
-        predicted_ms: None,
-    });
+    let name = format!("distance tiles 1024 x 1e6 x 128 ({:.1} TFLOP/s)", flops / ms / 1e9);
+    cases.push(knn_case(name, tile_queries * base_count, out.bytes(), ms));
 }
 
 /// Several GPUs (section `multi-gpu`, not in the default set): exact k-NN of SIFT1M's

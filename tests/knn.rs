@@ -8,7 +8,8 @@ mod common;
 
 use common::{gpu, on_emulator, several_handles};
 use gpu_select::{
-    Error, Gpu, Metric, MultiGpuIndex, Neighbours, Placement, TopK, TopKOut, Tuning, VectorComponent, Vectors,
+    DeviceBuffer, Error, FlatIndex, Gpu, Metric, MultiGpuIndex, Neighbours, Placement, TopK, TopKOut, Tuning,
+    VectorComponent, Vectors,
 };
 use gpu_select_kernels::knn::{Bf16Bits, Component, F16Bits};
 use half::{bf16, f16};
@@ -504,42 +505,27 @@ fn a_plan_runs_again_into_the_callers_memory() {
         let other_count = Vectors::new(&queries, queries_count + 1, dim).unwrap();
         let refused = index.search_into(&plan, other_count, &mut out, &mut workspace);
         assert!(matches!(refused, Err(Error::InvalidArgument { .. })), "{refused:?}");
-        let right = queries.slice(..queries_count * dim);
+        // The planned count of queries, into the given outputs and workspace, by `index`.
+        let run_into = |index: &FlatIndex<'_>, out: &mut TopK<f32>, workspace: &mut DeviceBuffer<u8>| {
+            let right = queries.slice(..queries_count * dim);
+            index.search_into(&plan, Vectors::new(right, queries_count, dim).unwrap(), out, workspace)
+        };
         let mut small = gpu.alloc_zeroed::<u8>(plan.workspace_bytes() - 1).unwrap();
-        let refused =
-            index.search_into(&plan, Vectors::new(right, queries_count, dim).unwrap(), &mut out, &mut small);
+        let refused = run_into(&index, &mut out, &mut small);
         assert!(matches!(refused, Err(Error::WorkspaceTooSmall { .. })), "{refused:?}");
         let mut short = TopK {
             values: gpu.alloc_zeroed(plan.outputs() - 1).unwrap(),
             indices: gpu.alloc_zeroed(plan.outputs()).unwrap(),
         };
-        let right = queries.slice(..queries_count * dim);
-        let refused = index.search_into(
-            &plan,
-            Vectors::new(right, queries_count, dim).unwrap(),
-            &mut short,
-            &mut workspace,
-        );
+        let refused = run_into(&index, &mut short, &mut workspace);
         assert!(matches!(refused, Err(Error::LengthMismatch { .. })), "{refused:?}");
-        // Another index: of another size, or of the same base by another metric.
+        // Another index: of the same base by another metric, or of another size.
         let same_base_other_metric =
             tuned.flat_index(Vectors::new(&data, base_count, dim).unwrap(), Metric::InnerProduct).unwrap();
-        let right = queries.slice(..queries_count * dim);
-        let refused = same_base_other_metric.search_into(
-            &plan,
-            Vectors::new(right, queries_count, dim).unwrap(),
-            &mut out,
-            &mut workspace,
-        );
+        let refused = run_into(&same_base_other_metric, &mut out, &mut workspace);
         assert!(matches!(refused, Err(Error::InvalidArgument { .. })), "{refused:?}");
         let other = gpu.upload_flat_index(&base[..100 * dim], dim, metric).unwrap();
-        let right = queries.slice(..queries_count * dim);
-        let refused = other.search_into(
-            &plan,
-            Vectors::new(right, queries_count, dim).unwrap(),
-            &mut out,
-            &mut workspace,
-        );
+        let refused = run_into(&other, &mut out, &mut workspace);
         assert!(matches!(refused, Err(Error::InvalidArgument { .. })), "{refused:?}");
     }
     assert!(matches!(

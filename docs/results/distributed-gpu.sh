@@ -7,10 +7,7 @@
 # Binaries of the commit under test, xz-compressed in .gpu-run/.
 # Usage, from the repository root on the GPU machine: docs/results/distributed-gpu.sh [step…]
 set -uo pipefail
-export GPU_SELECT_BACKEND=cuda
-unpack() { [ -x "/tmp/$1" ] || { python3 -c 'import lzma,sys; open(sys.argv[2],"wb").write(lzma.open(sys.argv[1]).read())' \
-  ".gpu-run/$1.xz" "/tmp/$1" && chmod +x "/tmp/$1"; }; }
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+source "$(dirname "$0")/gpu-lib.sh"
 status=0
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(mpi tests distributed mpirun ab)

@@ -1,5 +1,5 @@
-# Sourced by the GPU run scripts beside it (knn-gpu.sh, multi-gpu.sh): what every run does
-# first. Binaries of the commit under test come xz-compressed in .gpu-run/ (the GPU machine
+# Sourced by the GPU run scripts beside it (knn-gpu.sh, multi-gpu.sh, robustness-gpu.sh,
+# distributed-gpu.sh): what every run does first. Binaries of the commit under test come xz-compressed in .gpu-run/ (the GPU machine
 # has Python but no xz); `unpack NAME` puts .gpu-run/NAME.xz at /tmp/NAME, once.
 export GPU_SELECT_BACKEND=cuda
 unpack() {
