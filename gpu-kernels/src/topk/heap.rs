@@ -44,7 +44,8 @@ pub struct HeapParams<K> {
     pub data: GlobalPtr<K>,
     /// Number of keys.
     pub len: u64,
-    /// `G·k` keys: slot `i` of grid thread `g` at `i·G + g` (padding: any key).
+    /// `G·k` keys: slot `i` of grid thread `g` at `i·G + g` (padding: the worst key that is
+    /// not NaN).
     pub keys_out: GlobalPtr<K>,
     /// Their indices in the data ([`NO_INDEX`] for padding).
     pub indices_out: GlobalPtr<u64>,
@@ -188,10 +189,18 @@ pub unsafe fn select_per_thread<K: Key>(params: HeapParams<K>) {
         let (_, step) = unsafe { heap.load(slot) };
         let out = slot as u64 * stride + first;
         let index = if step == NO_STEP { NO_INDEX } else { first + step as u64 * stride };
+        // Padding gets the worst key that is not NaN, as the bitonic passes write it: the
+        // next pass skips it by its index, but reads every slot (compute-sanitizer's
+        // initcheck counted the unwritten padding keys, runs 152 and 155).
+        let key = if index != NO_INDEX {
+            unsafe { params.data.read(index) }
+        } else if largest {
+            K::LOWEST
+        } else {
+            K::HIGHEST
+        };
         unsafe {
-            if index != NO_INDEX {
-                params.keys_out.write(out, params.data.read(index));
-            }
+            params.keys_out.write(out, key);
             params.indices_out.write(out, index);
         }
     }
@@ -209,7 +218,8 @@ mod tests {
     /// `threads`: the (key, index) pairs each grid thread kept, sorted.
     fn heaps(keys: &[u32], k: u32, grid: u32, threads: u32) -> Vec<Vec<(u32, u64)>> {
         let slots = (grid * threads * k) as usize;
-        let mut keys_out = std::vec![0u32; slots];
+        // Filled with a key no slot should keep: padding must be overwritten too.
+        let mut keys_out = std::vec![0xdead_beef_u32; slots];
         let mut indices_out = std::vec![7u64; slots];
         let params = HeapParams {
             data: GlobalPtr::from_address(keys.as_ptr() as u64),
@@ -223,6 +233,12 @@ mod tests {
         let config = LaunchConfig { grid: (grid, 1), block_threads: threads, shared_bytes };
         launch(&config, &|| unsafe { select_per_thread::<u32>(params) }).unwrap();
         let threads_in_grid = (grid * threads) as usize;
+        for (at, &index) in indices_out.iter().enumerate() {
+            if index == NO_INDEX {
+                // The worst key for "largest" that is not NaN: u32's lowest.
+                assert_eq!(keys_out[at], u32::LOWEST, "padding slot {at}");
+            }
+        }
         (0..threads_in_grid)
             .map(|g| {
                 let mut kept: Vec<(u32, u64)> = (0..k as usize)

@@ -542,7 +542,9 @@ impl<'a, K: SelectKey> BucketRun<'a, K> {
     ) -> Result<(DeviceBuffer<u32>, Vec<u64>)> {
         let gpu = self.gpu;
         let table_on_device = gpu.upload(table)?;
-        gpu.clear_on_device(self.totals.global_ptr().offset(MAX_LABELS as u64).address(), 16)?;
+        // All of it, not only the extremes: the one copy below reads the totals past
+        // `labels` too, which no kernel writes (compute-sanitizer's initcheck, run 155).
+        gpu.clear_on_device(self.totals.global_ptr().address(), (MAX_LABELS + 2) * 8)?;
         let count = MultiParams { table: table_on_device.global_ptr(), first, labels, ..self.params() };
         gpu.launch(K::MULTISELECT_COUNT, self.pass_shape(), count)?;
         self.queue_totals(labels)?;
