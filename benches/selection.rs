@@ -576,7 +576,7 @@ fn bench_knn(gpu: &Gpu, cases: &mut Vec<Case>) {
 /// shape at k = 100 on 1, 2, … of the machine's GPUs (every device; forked streams of one
 /// where there is one), sharded and replicated, the median of three whole searches
 /// (`MultiGpuIndex::search_host`, host clock: the GPUs work at once); and DIBMS quantiles
-/// (101 and 1001) of 2^28 uniform f32 keys per GPU, the GPUs of one process
+/// (101 and 1001) of 2^28 and 2^30 uniform f32 keys per GPU, the GPUs of one process
 /// (`quantiles_across`), time and bytes sent per GPU, beside one GPU's `Gpu::quantiles` of
 /// one shard.
 fn bench_multi_gpu(gpu: &Gpu) {
@@ -618,39 +618,40 @@ fn bench_multi_gpu(gpu: &Gpu) {
             println!("multi-gpu: knn L2 1e4 x 1e6 x 128 k={k} on {count} GPUs {placement:?}: {ms:.2} ms");
         }
     }
-    let n = 1usize << 28;
-    let keys = uniform_f32(n, 28);
-    for &count in &counts {
-        let shards: Vec<DeviceBuffer<f32>> =
-            handles[..count].iter().map(|h| h.upload(&keys).unwrap()).collect();
-        let refs: Vec<&DeviceBuffer<f32>> = shards.iter().collect();
+    for log_n in [28u32, 30] {
+        let keys = uniform_f32(1usize << log_n, log_n as u64);
+        for &count in &counts {
+            let shards: Vec<DeviceBuffer<f32>> =
+                handles[..count].iter().map(|h| h.upload(&keys).unwrap()).collect();
+            let refs: Vec<&DeviceBuffer<f32>> = shards.iter().collect();
+            for m in [101usize, 1001] {
+                let qs: Vec<f64> = (0..m).map(|i| i as f64 / (m - 1) as f64).collect();
+                let options = QuantileOptions::default();
+                let mut bytes = 0;
+                let ms = wall(
+                    5,
+                    Box::new(|| {
+                        let answers =
+                            quantiles_across(&refs, &qs, &options, DistributedOptions::default()).unwrap();
+                        bytes = answers.iter().map(|a| a.traffic.bytes_sent).max().unwrap_or(0);
+                    }),
+                );
+                println!(
+                    "multi-gpu: DIBMS {m} quantiles of 2^{log_n} f32 per GPU on {count} GPUs: {ms:.2} ms, at most {bytes} bytes sent per GPU"
+                );
+            }
+        }
+        let data = gpu.upload(&keys).unwrap();
         for m in [101usize, 1001] {
             let qs: Vec<f64> = (0..m).map(|i| i as f64 / (m - 1) as f64).collect();
-            let options = QuantileOptions::default();
-            let mut bytes = 0;
             let ms = wall(
                 5,
                 Box::new(|| {
-                    let answers =
-                        quantiles_across(&refs, &qs, &options, DistributedOptions::default()).unwrap();
-                    bytes = answers.iter().map(|a| a.traffic.bytes_sent).max().unwrap_or(0);
+                    gpu.quantiles(&data, &qs, &QuantileOptions::default()).unwrap();
                 }),
             );
-            println!(
-                "multi-gpu: DIBMS {m} quantiles of 2^28 f32 per GPU on {count} GPUs: {ms:.2} ms, at most {bytes} bytes sent per GPU"
-            );
+            println!("multi-gpu: one GPU's Gpu::quantiles, {m} of 2^{log_n} f32: {ms:.2} ms");
         }
-    }
-    let data = gpu.upload(&keys).unwrap();
-    for m in [101usize, 1001] {
-        let qs: Vec<f64> = (0..m).map(|i| i as f64 / (m - 1) as f64).collect();
-        let ms = wall(
-            5,
-            Box::new(|| {
-                gpu.quantiles(&data, &qs, &QuantileOptions::default()).unwrap();
-            }),
-        );
-        println!("multi-gpu: one GPU's Gpu::quantiles, {m} of 2^28 f32: {ms:.2} ms");
     }
 }
 
@@ -821,6 +822,118 @@ fn bench_all_rows(criterion: &mut Criterion, gpu: &Gpu, cases: &mut Vec<Case>) {
             bench_rows(criterion, gpu, &matrix, (rows, cols, k), order, floor_ms, cases);
         }
     }
+}
+
+/// The half-precision section's rows shapes (largest first): LLM sampling, batch ×
+/// vocabulary (issue "Half-precision keys …": 64 × 131 072 and 256 × 262 144 at k = 50 and
+/// 1024), and one row.
+const HALF_ROWS: [(usize, usize); 3] = [(64, 131_072), (256, 262_144), (1, 262_144)];
+/// The `k` of the half-precision rows.
+const HALF_KS: [usize; 2] = [50, 1024];
+
+/// The median of 10 event-timed calls of `work` after 2 warm-up calls.
+fn median_of_calls(gpu: &Gpu, mut work: impl FnMut() -> gpu_select::Result<()>) -> f64 {
+    for _ in 0..2 {
+        work().unwrap();
+    }
+    let mut samples = Samples::default();
+    timed(gpu, &mut samples, 10, &mut work);
+    samples.median()
+}
+
+/// Logit-like values: normal, mean 0, standard deviation 4 (Box–Muller over
+/// [`uniform_f32`]'s pairs), so that the best of a row lie in a sparse tail, as a model's
+/// logits do.
+fn logits_f32(n: usize, seed: u64) -> Vec<f32> {
+    let uniform = uniform_f32(n + 1, seed);
+    (0..n)
+        .map(|i| {
+            let (u, v) = (1.0 - uniform[i] as f64, uniform[i + 1] as f64);
+            (4.0 * (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32
+        })
+        .collect()
+}
+
+/// One key type of the half-precision section, stored as `K` (`convert` rounds the same f32
+/// values for every type): the rows of [`HALF_ROWS`] at [`HALF_KS`] over logit-like values
+/// ([`logits_f32`]), and 1-D top-k and the median of 2^28 uniform values in [0, 1) (in bf16
+/// only about 16 000 distinct values, so the best 262 144 are ties: the hard case), each
+/// beside the read floor of its own bytes.
+fn bench_half_type<K: SelectKey>(gpu: &Gpu, convert: fn(f32) -> K, cases: &mut Vec<Case>) {
+    // The read floor of `bytes`, read as f32 words.
+    let floor_of = |bytes: usize| {
+        let words = gpu.alloc_zeroed::<f32>(bytes / 4).unwrap();
+        read_floor(gpu, &words)
+    };
+    for (rows, cols) in HALF_ROWS {
+        let keys: Vec<K> = logits_f32(rows * cols, cols as u64).into_iter().map(convert).collect();
+        let matrix = gpu.upload(&keys).unwrap();
+        let floor_ms = floor_of(matrix.bytes());
+        for k in HALF_KS {
+            let (plan, mut workspace, mut out) =
+                rows_buffers::<K>(gpu, &matrix, (rows, cols, k), Order::Largest);
+            let median_ms = median_of_calls(gpu, || {
+                gpu.top_k_into(&plan, Keys::rows(&matrix, rows, cols), &mut out, &mut workspace)
+            });
+            let name = format!("{} {rows}x{cols} k={k} Largest", K::NAME);
+            eprintln!("half: rows {name}: {median_ms:.4} ms, floor {floor_ms:.4} ms");
+            cases.push(Case {
+                group: "half_rows",
+                name,
+                elements: (rows * cols) as u64,
+                bytes: matrix.bytes() as u64,
+                median_ms,
+                floor_ms,
+                predicted_ms: plan.predicted_ms(),
+            });
+        }
+    }
+    let n = 1usize << 28;
+    let keys: Vec<K> = uniform_f32(n, 28).into_iter().map(convert).collect();
+    let data = gpu.upload(&keys).unwrap();
+    drop(keys);
+    let floor_ms = floor_of(data.bytes());
+    for k in [1024, 262_144] {
+        let options = TopKOptions::largest();
+        let plan = gpu.plan_top_k(&Keys::new(&data), k, &options).unwrap();
+        let mut out =
+            TopK { values: gpu.alloc_zeroed::<K>(k).unwrap(), indices: gpu.alloc_zeroed(k).unwrap() };
+        let mut workspace = gpu.alloc_zeroed::<u8>(plan.workspace_bytes()).unwrap();
+        let median_ms =
+            median_of_calls(gpu, || gpu.top_k_into(&plan, Keys::new(&data), &mut out, &mut workspace));
+        let name = format!("{} n=2^28 k={k} Largest", K::NAME);
+        eprintln!("half: top_k {name}: {median_ms:.4} ms, floor {floor_ms:.4} ms");
+        cases.push(Case {
+            group: "half_top_k",
+            name,
+            elements: n as u64,
+            bytes: data.bytes() as u64,
+            median_ms,
+            floor_ms,
+            predicted_ms: plan.predicted_ms(),
+        });
+    }
+    let median_ms = median_of_calls(gpu, || gpu.select(&data, n / 2, &SelectOptions::default()).map(|_| ()));
+    let name = format!("{} n=2^28 median", K::NAME);
+    eprintln!("half: select {name}: {median_ms:.4} ms, floor {floor_ms:.4} ms");
+    cases.push(Case {
+        group: "half_select",
+        name,
+        elements: n as u64,
+        bytes: data.bytes() as u64,
+        median_ms,
+        floor_ms,
+        predicted_ms: None,
+    });
+}
+
+/// The half-precision section (`half`): bf16, f16 and f32 keys of the same values on the
+/// same shapes, so that each 16-bit time stands beside the f32 one and the floor of its
+/// own bytes (docs/results/half_torch.py times torch.topk on the same shapes).
+fn bench_half(gpu: &Gpu, cases: &mut Vec<Case>) {
+    bench_half_type::<half::bf16>(gpu, half::bf16::from_f32, cases);
+    bench_half_type::<half::f16>(gpu, half::f16::from_f32, cases);
+    bench_half_type::<f32>(gpu, |value| value, cases);
 }
 
 /// The shapes of the rows sweep: rows × cols, from many short rows to a few very long ones,
@@ -1056,7 +1169,8 @@ fn convenience(gpu: &Gpu) {
 }
 
 /// Which parts of the benchmark run: `GPU_SELECT_BENCH_SECTIONS` (a comma-separated list
-/// of `sizes` (sort, top-k, selection at 2^20, 2^24, 2^28), `rows`, `quantiles`,
+/// of `sizes` (sort, top-k, selection at 2^20, 2^24, 2^28), `rows`, `half` (16-bit keys
+/// beside f32 on LLM sampling shapes and 2^28), `quantiles`,
 /// `distributed` (DIBMS over four threads' handles), `knn` (exact k-NN, SIFT1M's shape),
 /// `multi-gpu` (k-NN and DIBMS over every GPU of the machine), `convenience` (the
 /// convenient calls against the caller-workspace forms), `rows-sweep` and `topk-sweep`), all
@@ -1359,6 +1473,9 @@ fn main() {
     }
     if section_enabled("rows") {
         bench_all_rows(&mut criterion, &gpu, &mut cases);
+    }
+    if section_enabled("half") {
+        bench_half(&gpu, &mut cases);
     }
     if section_enabled("quantiles") {
         bench_quantiles(&mut criterion, &gpu, &mut cases);

@@ -108,6 +108,12 @@ fn sorts_u64() {
 }
 
 #[test]
+fn sorts_halves() {
+    check_all_lengths::<half::f16>();
+    check_all_lengths::<half::bf16>();
+}
+
+#[test]
 fn sorts_the_longest_segments() {
     // Full-size blocks (1024 threads, 2048 slots) for one 32- and one 64-bit key type on
     // every backend, the emulator included.

@@ -74,6 +74,33 @@ macro_rules! float_key {
 float_key!(f32, u32);
 float_key!(f64, u64);
 
+macro_rules! half_key {
+    ($t:ty) => {
+        impl PropKey for $t {
+            fn specials() -> Vec<Self> {
+                vec![
+                    <$t>::NAN,
+                    -<$t>::NAN,
+                    <$t>::INFINITY,
+                    <$t>::NEG_INFINITY,
+                    <$t>::ZERO,
+                    <$t>::NEG_ZERO,
+                    <$t>::from_bits(1),
+                    -<$t>::from_bits(1),
+                    <$t>::MAX,
+                    <$t>::MIN,
+                    <$t>::ONE,
+                ]
+            }
+            fn from_bits(bits: u64) -> Self {
+                <$t>::from_bits(bits as u16)
+            }
+        }
+    };
+}
+half_key!(half::f16);
+half_key!(half::bf16);
+
 macro_rules! int_key {
     ($t:ty) => {
         impl PropKey for $t {
@@ -305,6 +332,15 @@ proptest! {
     #[test]
     fn f64_calls_match_the_oracle_or_refuse(keys in keys::<f64>(), k in any::<u64>(), choice in any::<u64>(), qs in quantile_list()) {
         check_api(keys, k, choice, qs);
+    }
+
+    #[test]
+    fn half_calls_match_the_oracle_or_refuse(
+        a in keys::<half::f16>(), b in keys::<half::bf16>(), k in any::<u64>(), choice in any::<u64>(),
+        qs in quantile_list(),
+    ) {
+        check_api(a, k, choice, qs.clone());
+        check_api(b, k, choice.rotate_left(7), qs);
     }
 
     #[test]

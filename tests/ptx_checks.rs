@@ -19,6 +19,8 @@ fn all_kernel_names() -> Vec<&'static str> {
         <u32 as KernelKey>::KERNEL_NAMES,
         <i64 as KernelKey>::KERNEL_NAMES,
         <u64 as KernelKey>::KERNEL_NAMES,
+        <half::f16 as KernelKey>::KERNEL_NAMES,
+        <half::bf16 as KernelKey>::KERNEL_NAMES,
     ] {
         names.extend_from_slice(keyed);
     }

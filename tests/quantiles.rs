@@ -89,6 +89,13 @@ fn multiselect_matches_a_sort_f64() {
 }
 
 #[test]
+fn multiselect_matches_a_sort_halves() {
+    let gpu = gpu();
+    multiselect_over_shapes::<half::f16>(&gpu);
+    multiselect_over_shapes::<half::bf16>(&gpu);
+}
+
+#[test]
 fn multiselect_matches_a_sort_integers() {
     let gpu = gpu();
     multiselect_over_shapes::<i32>(&gpu);

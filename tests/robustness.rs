@@ -169,13 +169,25 @@ fn inputs(gpu: &Gpu) -> Vec<Input> {
 fn eight_threads_share_one_handle_with_mixed_calls() {
     let gpu = gpu();
     // 10^4 calls per thread on a GPU (8 · 10^4 in all); every kind once per thread on the
-    // emulator; or as many
-    // as GPU_SELECT_STRESS_CALLS says (a handful under compute-sanitizer).
+    // emulator; or as many as GPU_SELECT_STRESS_CALLS says (a handful under
+    // compute-sanitizer).
     let calls: usize = std::env::var("GPU_SELECT_STRESS_CALLS")
         .ok()
         .and_then(|calls| calls.parse().ok())
         .unwrap_or(if on_emulator(&gpu) { KINDS } else { 10_000 });
     let inputs = inputs(&gpu);
+    // GPU_SELECT_STRESS_KIND=K: kind K alone, on each input once, one thread (which kind a
+    // sanitizer finding or a slow sanitizer run comes from: runs 155, 158).
+    if let Some(kind) =
+        std::env::var("GPU_SELECT_STRESS_KIND").ok().and_then(|kind| kind.parse::<usize>().ok())
+    {
+        let mut rng = StdRng::seed_from_u64(kind as u64);
+        for input in &inputs {
+            mixed_call(&gpu, input, kind, &mut rng);
+        }
+        eprintln!("kind {kind} alone on {} inputs: every result checked", inputs.len());
+        return;
+    }
     let started = std::time::Instant::now();
     std::thread::scope(|scope| {
         for thread in 0..8u64 {

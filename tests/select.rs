@@ -107,6 +107,16 @@ fn select_u64() {
 }
 
 #[test]
+fn select_f16() {
+    check_all::<half::f16>();
+}
+
+#[test]
+fn select_bf16() {
+    check_all::<half::bf16>();
+}
+
+#[test]
 fn every_rank_of_small_inputs() {
     let gpu = common::gpu();
     // 300 keys are the base case at once; 2100 take a level first (every 7th rank on the

@@ -142,6 +142,16 @@ fn top_k_u64() {
 }
 
 #[test]
+fn top_k_f16() {
+    check_all::<half::f16>();
+}
+
+#[test]
+fn top_k_bf16() {
+    check_all::<half::bf16>();
+}
+
+#[test]
 fn bitonic_for_every_queue_size_and_small_inputs() {
     // Each kernel instantiation (k ≤ 32, 64, 128, 256 in registers; 512, 1024 in shared
     // memory) on inputs the block sort would otherwise take, and across tile boundaries.
@@ -611,6 +621,21 @@ fn fused_filters_and_transforms_agree_with_the_oracle() {
             let admits = |i: usize, _| mask_bytes[i] != 0;
             check_fused(&gpu, &uniform, (k, order), &affine, admits, |key: f32| key * -2.0 + 0.5, &context);
         }
+        // 16-bit floats: the same range and magnitude on bf16, an affine map on f16 (its
+        // operators round each step to f16, as the kernels do).
+        let brains = generate::<half::bf16>(n, Distribution::Specials, seed);
+        let bf = half::bf16::from_f32;
+        let magnitude = Fusion::default()
+            .with_filter(InputFilter::Range { low: bf(-500.0), high: half::bf16::INFINITY })
+            .with_transform(KeyTransform::Magnitude);
+        let admits = |_, key: half::bf16| !key.is_nan() && key >= bf(-500.0);
+        let rank = |key: half::bf16| key.magnitude();
+        check_fused(&gpu, &brains, (100, Order::Largest), &magnitude, admits, rank, &format!("bf16 n={n}"));
+        let halves = generate::<half::f16>(n, Distribution::Uniform, seed);
+        let (scale, offset) = (half::f16::from_f32(-2.0), half::f16::from_f32(0.5));
+        let affine = Fusion::default().with_transform(KeyTransform::Affine { scale, offset });
+        let rank = |key: half::f16| key * scale + offset;
+        check_fused(&gpu, &halves, (50, Order::Smallest), &affine, |_, _| true, rank, &format!("f16 n={n}"));
         let ints = generate::<i32>(n, Distribution::FewDistinct(16), seed);
         let fusion = Fusion::default()
             .with_filter(InputFilter::Range { low: -3, high: 5 })

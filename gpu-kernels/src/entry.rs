@@ -5,6 +5,8 @@
 //! (`block_sort_f32`); the host reaches them through [`KernelKey`], so a missing
 //! instantiation is a compile error on the host, not a "symbol not found" at run time.
 
+use half::{bf16, f16};
+
 use crate::bandwidth::{ReadFloorParams, read_floor};
 use crate::block::bitonic_sort::sort_segments;
 use crate::gather::{GatherIndicesParams, gather_indices};
@@ -165,7 +167,7 @@ pub trait KernelKey: Key {
 }
 
 crate::__kernel_table! {
-    keyed for [f32, f64, i32, u32, i64, u64] {
+    keyed for [f32, f64, i32, u32, i64, u64, f16, bf16] {
         BLOCK_SORT = block_sort(BlockSortParams) => sort_segments;
         MERGE_RUNS = merge_runs(MergeParams) => merge_runs;
         TOPK_BITONIC_Q1 = topk_bitonic_q1(TopKParams) => reduce_q1;

@@ -22,7 +22,8 @@
 //! assert_eq!(f32::from_ordered((-2.5f32).to_ordered()), -2.5);
 //! ```
 
-/// Unsigned integers that carry encoded keys: `u32` for 32-bit keys, `u64` for 64-bit ones.
+/// Unsigned integers that carry encoded keys: `u32` for 32-bit and 16-bit keys, `u64` for
+/// 64-bit ones.
 pub trait OrderedBits: Copy + Ord + Eq + Default + Send + Sync + core::fmt::Debug + 'static {
     /// The smallest value (all zeros).
     const MIN: Self;
@@ -124,7 +125,8 @@ impl OrderedBits for u64 {
     }
 }
 
-/// A key type the kernels select on: `f32`, `f64`, `i32`, `u32`, `i64`, `u64`.
+/// A key type the kernels select on: `f32`, `f64`, `i32`, `u32`, `i64`, `u64`, and the 16-bit
+/// floats `half::f16` and `half::bf16`.
 pub trait Key: Copy + PartialOrd + Default + Send + Sync + core::fmt::Debug + 'static {
     /// The ordered-bits carrier.
     type Bits: OrderedBits;
@@ -149,9 +151,10 @@ pub trait Key: Copy + PartialOrd + Default + Send + Sync + core::fmt::Debug + 's
     fn affine(self, scale: Self, offset: Self) -> Self;
     /// The key as an `f64` (rounded to nearest for 64-bit integers beyond 2^53).
     fn to_f64(self) -> f64;
-    /// The key nearest to `value`: rounded for floats; for integers truncated towards zero
-    /// and saturated at the type's range (NaN gives 0). Monotone: a larger `value` never
-    /// gives a smaller key.
+    /// The key nearest to `value`: rounded for floats (16-bit ones through `f32`, so one unit
+    /// off the nearest where the first rounding lands halfway); for integers truncated
+    /// towards zero and saturated at the type's range (NaN gives 0). Monotone: a larger
+    /// `value` never gives a smaller key.
     fn from_f64(value: f64) -> Self;
 }
 
@@ -277,15 +280,81 @@ macro_rules! unsigned_key {
     };
 }
 
+/// 16-bit floats (`half::f16`, `half::bf16`): ordered as the other floats (NaN on top, `-0.0`
+/// just below `+0.0`), their 16 ordered bits in the **high** half of a `u32`. The low half
+/// is zero for every key, so the radix passes, which take digits from the top, decide on
+/// the key's own bits first; registers and shared memory hold the `u32` as for `f32`
+/// keys, while global memory holds the keys at their own width (half the bytes of `f32`).
+/// Arithmetic widens to `f32` and rounds back (`widen`, `narrow`: one instruction each on
+/// the GPU, see `crate::device::f32_to_f16`).
+macro_rules! half_key {
+    ($half:ty, $name:literal, widen: $widen:expr, narrow: $narrow:expr) => {
+        impl Key for $half {
+            type Bits = u32;
+            const NAME: &'static str = $name;
+            const LOWEST: Self = <$half>::NEG_INFINITY;
+            const HIGHEST: Self = <$half>::INFINITY;
+            #[inline(always)]
+            fn to_ordered(self) -> u32 {
+                // One NaN for all: positive, so it orders above +inf.
+                let bits = if self.is_nan() { <$half>::NAN.to_bits() & 0x7fff } else { self.to_bits() };
+                // As for f32: negative flips every bit, positive sets the sign.
+                let flip = ((bits as i16) >> 15) as u16 | 0x8000;
+                ((bits ^ flip) as u32) << 16
+            }
+            #[inline(always)]
+            fn from_ordered(bits: u32) -> Self {
+                let ordered = (bits >> 16) as u16;
+                <$half>::from_bits(if ordered & 0x8000 != 0 { ordered & 0x7fff } else { !ordered })
+            }
+            #[inline(always)]
+            fn magnitude(self) -> Self {
+                <$half>::from_bits(self.to_bits() & 0x7fff)
+            }
+            #[inline(always)]
+            fn affine(self, scale: Self, offset: Self) -> Self {
+                // As `half`'s operators: each step in f32, rounded to the key's type.
+                let (widen, narrow): (fn(u16) -> f32, fn(f32) -> u16) = ($widen, $narrow);
+                let product = narrow(widen(self.to_bits()) * widen(scale.to_bits()));
+                <$half>::from_bits(narrow(widen(product) + widen(offset.to_bits())))
+            }
+            #[inline(always)]
+            fn to_f64(self) -> f64 {
+                // Exact: every 16-bit float is an f32.
+                let widen: fn(u16) -> f32 = $widen;
+                widen(self.to_bits()) as f64
+            }
+            #[inline(always)]
+            fn from_f64(value: f64) -> Self {
+                // Through f32: two roundings, so a value halfway between two keys after the
+                // first may land one unit from the nearest; monotone either way (all that
+                // bucket select's splitters, its one use in a kernel, need).
+                let narrow: fn(f32) -> u16 = $narrow;
+                <$half>::from_bits(narrow(value as f32))
+            }
+        }
+    };
+}
+
 float_key!(f32, u32, i32, "f32");
 float_key!(f64, u64, i64, "f64");
 signed_key!(i32, u32, "i32");
 signed_key!(i64, u64, "i64");
 unsigned_key!(u32, "u32");
 unsigned_key!(u64, "u64");
+half_key!(half::f16, "f16", widen: crate::device::f16_to_f32, narrow: crate::device::f32_to_f16);
+half_key!(
+    half::bf16,
+    "bf16",
+    // bfloat16 is the high half of an f32.
+    widen: |bits| f32::from_bits((bits as u32) << 16),
+    narrow: crate::device::f32_to_bf16
+);
 
 #[cfg(test)]
 mod tests {
+    extern crate std;
+
     use super::*;
 
     fn assert_order_preserved<K: Key>(sorted: &[K]) {
@@ -328,6 +397,38 @@ mod tests {
         assert!(odd_nan.is_nan());
         assert_eq!(odd_nan.to_ordered(), f32::NAN.to_ordered());
         assert_eq!((-f64::NAN).to_ordered(), f64::NAN.to_ordered());
+    }
+
+    #[test]
+    fn half_floats_order_as_their_f32_values_with_nan_on_top() {
+        use half::{bf16, f16};
+        // Every f16 bit pattern: the order of the encoding is the order of the f32 value
+        // (total_cmp, which puts -0.0 below +0.0), every NaN above +inf and equal, and the
+        // low 16 bits zero.
+        let mut all: std::vec::Vec<f16> = (0..=u16::MAX).map(f16::from_bits).collect();
+        all.sort_by(|a, b| a.to_f32().total_cmp(&b.to_f32()));
+        let numbers: std::vec::Vec<f16> = all.iter().copied().filter(|key| !key.is_nan()).collect();
+        assert_order_preserved(&numbers);
+        assert_eq!(numbers.first().copied(), Some(f16::NEG_INFINITY));
+        assert_eq!(numbers.last().copied(), Some(f16::INFINITY));
+        for key in &all {
+            let bits = key.to_ordered();
+            assert_eq!(bits & 0xffff, 0, "{key:?}");
+            if key.is_nan() {
+                assert_eq!(bits, f16::NAN.to_ordered());
+                assert!(bits > f16::INFINITY.to_ordered());
+            }
+        }
+        let bf_numbers: std::vec::Vec<bf16> = {
+            let mut all: std::vec::Vec<bf16> =
+                (0..=u16::MAX).map(bf16::from_bits).filter(|key| !key.is_nan()).collect();
+            all.sort_by(|a, b| a.to_f32().total_cmp(&b.to_f32()));
+            all
+        };
+        assert_order_preserved(&bf_numbers);
+        assert_eq!((-bf16::NAN).to_ordered(), bf16::NAN.to_ordered());
+        assert!(bf16::NAN.to_ordered() > bf16::INFINITY.to_ordered());
+        assert_eq!(bf16::from_ordered(bf16::from_f32(-2.5).to_ordered()), bf16::from_f32(-2.5));
     }
 
     #[test]

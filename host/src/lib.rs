@@ -75,7 +75,9 @@ pub use results::{Neighbours, Selection, SortedSegments, TopK, TopKOut};
 pub use tuning::{RowsKernelFamily, Tuning};
 pub use view::{DeviceSlice, DeviceSliceMut};
 
-/// A key type the library selects on: `f32`, `f64`, `i32`, `u32`, `i64`, `u64`.
+/// A key type the library selects on: `f32`, `f64`, `i32`, `u32`, `i64`, `u64`, and the
+/// 16-bit floats `half::f16` and `half::bf16` (read at their own width: half the bytes of
+/// `f32`; ordered as their `f32` values, NaN on top as for every float).
 ///
 /// Sealed: each key type needs its kernels built into the library (its row of the kernel
 /// table), so no other crate can add one.
@@ -92,7 +94,7 @@ macro_rules! select_keys {
         impl SelectKey for $t {}
     )*};
 }
-select_keys!(f32, f64, i32, u32, i64, u64);
+select_keys!(f32, f64, i32, u32, i64, u64, half::f16, half::bf16);
 
 /// The README's example, compiled and run as a doc test.
 #[doc = include_str!("../../README.md")]

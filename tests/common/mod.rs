@@ -157,6 +157,46 @@ macro_rules! float_test_key {
 float_test_key!(f32);
 float_test_key!(f64);
 
+macro_rules! half_test_key {
+    ($t:ty) => {
+        impl TestKey for $t {
+            fn random(bits: u64) -> Self {
+                // ±1000: 16-bit floats hold it coarsely (f16 to 0.5, bf16 to 4), so ties
+                // are common, as in real half-precision data.
+                <$t>::from_f64((bits >> 11) as f64 / (1u64 << 53) as f64 * 2000.0 - 1000.0)
+            }
+            fn from_rank(rank: i64) -> Self {
+                // Exact up to the type's integers (2048 for f16, 256 for bf16), monotone
+                // beyond (rounding, then ±inf): never out of order.
+                <$t>::from_f64(rank as f64 * 0.5)
+            }
+            fn specials() -> Vec<Self> {
+                vec![
+                    <$t>::NEG_INFINITY,
+                    <$t>::INFINITY,
+                    <$t>::NAN,
+                    -<$t>::NAN,
+                    <$t>::from_bits(<$t>::NAN.to_bits() | 0x5), // another payload
+                    <$t>::ZERO,
+                    <$t>::NEG_ZERO,
+                    <$t>::from_bits(1),
+                    -<$t>::from_bits(3),
+                    <$t>::MIN_POSITIVE,
+                    <$t>::MAX,
+                    <$t>::MIN,
+                    <$t>::ONE,
+                    <$t>::NEG_ONE,
+                ]
+            }
+            fn exact(self) -> u64 {
+                self.to_bits() as u64
+            }
+        }
+    };
+}
+half_test_key!(half::f16);
+half_test_key!(half::bf16);
+
 macro_rules! int_test_key {
     ($t:ty) => {
         impl TestKey for $t {

@@ -80,7 +80,8 @@ struct Vector16([u32; 4]);
 
 /// The keys of the full tile at `tile_start` by 16-byte vector loads (a quarter of
 /// [`load_keys`]'s load instructions for 4-byte keys): the thread's items are keys
-/// `tile_start + 4·(thread + 256·j) …` for 4-byte keys, in vectors of 16 bytes; for passes
+/// `tile_start + 4·(thread + 256·j) …` for 4-byte keys, in vectors of 16 bytes (one vector
+/// of eight for 2-byte keys, four of two each for 8-byte ones); for passes
 /// that count or keep keys whatever their place.
 ///
 /// # Safety
@@ -88,13 +89,20 @@ struct Vector16([u32; 4]);
 /// is 16-byte aligned (device buffers are, and block ranges start on whole tiles).
 #[inline(always)]
 pub unsafe fn load_tile_vectors<K: Copy + Default>(keys: GlobalPtr<K>, tile_start: u64) -> [K; TILE_ITEMS] {
-    const { assert!(size_of::<K>() == 4 || size_of::<K>() == 8) };
+    const { assert!(size_of::<K>() == 2 || size_of::<K>() == 4 || size_of::<K>() == 8) };
     let base = unsafe { keys.as_ptr().add(tile_start as usize) } as *const Vector16;
     let thread = device::thread_idx_x() as usize;
     let vector = |j: usize| unsafe { base.add(thread + j * TILE_THREADS as usize).read() }.0;
     // Word by word into the items (a reinterpreted array of vectors gave a stack frame).
     let mut tile = [K::default(); TILE_ITEMS];
-    if size_of::<K>() == 4 {
+    if size_of::<K>() == 2 {
+        // One vector of eight 16-bit keys: keys `tile_start + 8·thread …`.
+        let words = vector(0);
+        for (i, item) in tile.iter_mut().enumerate() {
+            let half = (words[i / 2] >> (16 * (i % 2))) as u16;
+            *item = unsafe { core::mem::transmute_copy::<u16, K>(&half) };
+        }
+    } else if size_of::<K>() == 4 {
         let words = [vector(0), vector(1)];
         for (i, item) in tile.iter_mut().enumerate() {
             *item = unsafe { core::mem::transmute_copy::<u32, K>(&words[i / 4][i % 4]) };

@@ -453,3 +453,26 @@ pub fn sqrt_f32(value: f32) -> f32 {
 pub fn fma_f32(a: f32, b: f32, c: f32) -> f32 {
     backend::fma_f32(a, b, c)
 }
+
+/// The binary16 value of `bits` as an `f32`, exactly (`cvt.f32.f16`; the `half` crate's
+/// conversion in the emulator). *Any thread.*
+#[inline(always)]
+pub fn f16_to_f32(bits: u16) -> f32 {
+    backend::f16_to_f32(bits)
+}
+
+/// `value` rounded to the nearest binary16, ties to even, as its bits (`cvt.rn.f16.f32`;
+/// the `half` crate's conversion in the emulator: the same bits for every number, a NaN for
+/// a NaN). One instruction where the `half` crate's portable code takes dozens, which
+/// spilled registers in a kernel that converts. *Any thread.*
+#[inline(always)]
+pub fn f32_to_f16(value: f32) -> u16 {
+    backend::f32_to_f16(value)
+}
+
+/// `value` rounded to the nearest bfloat16, ties to even, as its bits (`cvt.rn.bf16.f32`;
+/// the `half` crate's conversion in the emulator, as [`f32_to_f16`]). *Any thread.*
+#[inline(always)]
+pub fn f32_to_bf16(value: f32) -> u16 {
+    backend::f32_to_bf16(value)
+}

@@ -189,3 +189,27 @@ pub fn sqrt_f32(value: f32) -> f32 {
 pub fn fma_f32(a: f32, b: f32, c: f32) -> f32 {
     unsafe { llvm_fma_f32(a, b, c) }
 }
+#[inline(always)]
+pub fn f16_to_f32(bits: u16) -> f32 {
+    let value: f32;
+    unsafe {
+        asm!("cvt.f32.f16 {value}, {bits};", value = out(reg32) value, bits = in(reg16) bits, options(pure, nomem, nostack))
+    };
+    value
+}
+#[inline(always)]
+pub fn f32_to_f16(value: f32) -> u16 {
+    let bits: u16;
+    unsafe {
+        asm!("cvt.rn.f16.f32 {bits}, {value};", bits = out(reg16) bits, value = in(reg32) value, options(pure, nomem, nostack))
+    };
+    bits
+}
+#[inline(always)]
+pub fn f32_to_bf16(value: f32) -> u16 {
+    let bits: u16;
+    unsafe {
+        asm!("cvt.rn.bf16.f32 {bits}, {value};", bits = out(reg16) bits, value = in(reg32) value, options(pure, nomem, nostack))
+    };
+    bits
+}

@@ -20,7 +20,8 @@
 //! are skipped.
 //!
 //! **The stream.** A warp reads its part in steps of [`STEP_KEYS`]: first a *filter* with
-//! 16-byte loads (each lane four neighbouring keys per load, four loads in flight) that only
+//! 16-byte loads (each lane four neighbouring keys per load, four loads in flight; 8-byte
+//! loads for 16-bit keys, two for 64-bit ones) that only
 //! asks whether any key of each 128-key quarter could enter the queue, by the queue's
 //! current threshold; then only the quarters that hold one are offered to the queue, each
 //! read again (from L1) with the lane-stride layout the queue takes. Once the threshold is
@@ -58,6 +59,27 @@ pub const STEP_KEYS: u64 = QUARTER_KEYS * QUARTERS as u64;
 #[repr(C, align(16))]
 #[derive(Clone, Copy)]
 struct FourKeys<K>([K; 4]);
+
+/// Four neighbouring 16-bit keys, read with one 8-byte load. Not [`FourKeys`]: its 16-byte
+/// alignment pads four 2-byte keys to 16 bytes, so group `i` would be read at byte `16·i`,
+/// the keys of another group (GPU run 156 lost the best keys of long rows that way).
+#[repr(C, align(8))]
+#[derive(Clone, Copy)]
+struct FourNarrowKeys<K>([K; 4]);
+
+/// Group `group` of four neighbouring keys of `keys` (keys `4·group …`), in one load of the
+/// group's bytes.
+///
+/// # Safety
+/// The group lies inside `keys`, whose start is 16-byte aligned.
+#[inline(always)]
+unsafe fn read_group<K: Key>(keys: GlobalPtr<K>, group: u64) -> [K; 4] {
+    if size_of::<K>() == 2 {
+        unsafe { (keys.as_ptr() as *const FourNarrowKeys<K>).add(group as usize).read().0 }
+    } else {
+        unsafe { (keys.as_ptr() as *const FourKeys<K>).add(group as usize).read().0 }
+    }
+}
 
 /// Parameters of `top_k_rows_q<Q>_<key>`.
 #[repr(C)]
@@ -168,13 +190,12 @@ unsafe fn stream_part<K: Key>(
     // address a lane whose group is not whole reads instead (and ignores).
     let first_whole = first.next_multiple_of(4);
     let filter = params.keys_in.address().is_multiple_of(16) && first_whole + 4 <= last;
-    let keys = params.keys_in.as_ptr() as *const FourKeys<K>;
     let mut step = (first & !3) + warp_in_part * STEP_KEYS;
     while step < last {
         // The filter: which quarters hold a key that could enter the queue.
         let bound = sink.bound();
         let mut quarters_to_offer = 0u32;
-        let mut groups = [FourKeys([K::default(); 4]); QUARTERS];
+        let mut groups = [[K::default(); 4]; QUARTERS];
         let mut whole = [false; QUARTERS];
         for (quarter, group) in groups.iter_mut().enumerate() {
             let at = step + quarter as u64 * QUARTER_KEYS + 4 * lane;
@@ -182,7 +203,7 @@ unsafe fn stream_part<K: Key>(
             if filter {
                 // Clamped, not branched around: the loads issue back to back.
                 let read_at = if whole[quarter] { at } else { first_whole };
-                *group = unsafe { keys.add((read_at / 4) as usize).read() };
+                *group = unsafe { read_group(params.keys_in, read_at / 4) };
             }
         }
         for (quarter, group) in groups.iter().enumerate() {
@@ -191,7 +212,7 @@ unsafe fn stream_part<K: Key>(
             // A group the filter could not read whole is offered as it is.
             let mut may_enter = overlaps && !whole[quarter];
             if whole[quarter] {
-                for &key in &group.0 {
+                for &key in group {
                     may_enter |= encode(key) <= bound;
                 }
             }

@@ -31,7 +31,7 @@ pub(crate) struct HeapPlan {
 }
 
 impl HeapPlan {
-    /// The plan for `n` keys of `key_bytes`: as many threads as the heaps let fit in a
+    /// The plan for `n` keys ranked in `rank_bytes`: as many threads as the heaps let fit in a
     /// multiprocessor's shared memory (`shared_bytes`: what one block may have, about a
     /// multiprocessor's on Hopper), at most enough that each reads
     /// [`INPUTS_PER_HEAP_SLOT`]` · k` inputs. Errors when `k` is over [`MAX_HEAP_K`], when
@@ -39,7 +39,7 @@ impl HeapPlan {
     pub(crate) fn new(
         n: u64,
         k: u64,
-        key_bytes: usize,
+        rank_bytes: usize,
         budget: PassBudget,
         shared_bytes: usize,
     ) -> Result<Self> {
@@ -54,10 +54,10 @@ impl HeapPlan {
         if n >= 1 << 32 {
             return Err(Error::invalid(format!("{n} keys: the per-thread top-k takes fewer than 2^32 keys")));
         }
-        let fitting = (shared_bytes / heap_bytes_per_thread(k as usize, key_bytes)) as u64 / 32 * 32;
+        let fitting = (shared_bytes / heap_bytes_per_thread(k as usize, rank_bytes)) as u64 / 32 * 32;
         if fitting == 0 {
             return Err(Error::invalid(format!(
-                "k = {k}: a warp's heaps of {key_bytes}-byte keys need more than the {shared_bytes} bytes of shared \
+                "k = {k}: a warp's heaps of {rank_bytes}-byte ranks need more than the {shared_bytes} bytes of shared \
                  memory a block may have"
             )));
         }

@@ -21,3 +21,11 @@ pub(crate) mod sort;
 pub(crate) mod sort_choose;
 pub(crate) mod staging;
 pub(crate) mod top_k;
+
+/// The bytes of a key's ordered bits, which registers and shared memory hold: 4 for 16- and
+/// 32-bit keys, 8 for 64-bit ones. Global memory holds keys at their own width
+/// (`key_bytes`), so reads and workspaces scale with that; what fits a block or a thread's
+/// registers scales with this.
+pub(crate) fn rank_bytes(key_bytes: usize) -> usize {
+    key_bytes.max(4)
+}

@@ -580,10 +580,11 @@ fn plan(
     }
     let parts = radix_blocks_per_row(rows, k, multiprocessors, tuning);
     let part_len = rows.mean_len / parts;
-    // The sample's bound spares a read of 32-bit rows longer than the pool; when its
-    // expected gathering nears the pool, a shortfall (a second read) is common (H100 run
-    // 41: 500 × 131 072 at k = 2048, 98 % of the pool, took 2.3× the time of k = 1024).
-    let one_read = key_bytes == 4
+    // The sample's bound spares a read of rows ranked in 32 bits (16- and 32-bit keys: the
+    // kernel's pool holds 32-bit ranks only) longer than the pool; when its expected
+    // gathering nears the pool, a shortfall (a second read) is common (H100 run 41: 500 ×
+    // 131 072 at k = 2048, 98 % of the pool, took 2.3× the time of k = 1024).
+    let one_read = super::rank_bytes(key_bytes) == 4
         && part_len > POOL
         && sample_bound((k as u64).min(part_len), part_len)
             .is_some_and(|(_, gathered)| gathered * 10 <= POOL * 9);

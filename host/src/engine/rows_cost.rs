@@ -137,7 +137,9 @@ fn waves(units: f64, per_sm: f64, device: Device) -> f64 {
 pub(crate) fn predict_ms(plan: RowsPlan, shape: RowsShape, device: Device) -> f64 {
     let RowsShape { rows, len, k, key_bytes } = shape;
     let (rows, len, kf) = (rows as f64, len as f64, k as f64);
-    let width = key_bytes as f64 / 4.0;
+    // Work per key scales with the ranks' width (16-bit keys rank as 32-bit ones); the
+    // read floor below with the keys' own.
+    let width = super::rank_bytes(key_bytes) as f64 / 4.0;
     let (compute_ms, reads) = match plan {
         RowsPlan::Queues { warp_per_row, parts } => (queues_ms(warp_per_row, parts, shape, device), 1.0),
         RowsPlan::WarpRadix => {
@@ -186,11 +188,15 @@ pub(crate) fn predict_ms(plan: RowsPlan, shape: RowsShape, device: Device) -> f6
 fn queues_ms(warp_per_row: bool, parts: u64, shape: RowsShape, device: Device) -> f64 {
     let RowsShape { rows, len, k, key_bytes } = shape;
     let (rows, len, kf) = (rows as f64, len as f64, k as f64);
-    let width = key_bytes as f64 / 4.0;
+    // Work per key scales with the ranks' width (16-bit keys rank as 32-bit ones); the
+    // read floor below with the keys' own.
+    let width = super::rank_bytes(key_bytes) as f64 / 4.0;
     let q = queue_registers(k);
     let merge_size = q * (32.0 * q).log2();
-    let thread_registers =
-        gpu_select_kernels::warp::select::thread_registers(q as usize, 8 * key_bytes as u32) as f64;
+    let thread_registers = gpu_select_kernels::warp::select::thread_registers(
+        q as usize,
+        8 * super::rank_bytes(key_bytes) as u32,
+    ) as f64;
     // One warp's work over `warp_len` keys.
     let warp_work = |warp_len: f64| {
         if k == 1 {

@@ -183,8 +183,10 @@ impl Gpu {
             Algorithm::BlockSort if takes => Ok(Plan::BlockSort),
             Algorithm::PerThreadHeap => {
                 let limits = self.limits();
+                // The heaps hold ordered bits in shared memory.
+                let rank_bytes = super::rank_bytes(key_bytes);
                 let plan =
-                    HeapPlan::new(n as u64, k as u64, key_bytes, budget, limits.max_shared_bytes_per_block)?;
+                    HeapPlan::new(n as u64, k as u64, rank_bytes, budget, limits.max_shared_bytes_per_block)?;
                 Ok(Plan::Heap(plan))
             }
             Algorithm::SortAndChoose => Ok(Plan::SortChoose(SortChoosePlan::new(n as u64, multiprocessors)?)),

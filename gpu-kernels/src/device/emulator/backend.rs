@@ -238,3 +238,12 @@ pub fn sqrt_f32(value: f32) -> f32 {
 pub fn fma_f32(a: f32, b: f32, c: f32) -> f32 {
     a.mul_add(b, c)
 }
+pub fn f16_to_f32(bits: u16) -> f32 {
+    half::f16::from_bits(bits).to_f32()
+}
+pub fn f32_to_f16(value: f32) -> u16 {
+    half::f16::from_f32(value).to_bits()
+}
+pub fn f32_to_bf16(value: f32) -> u16 {
+    half::bf16::from_f32(value).to_bits()
+}

@@ -315,14 +315,20 @@ impl Warp {
     }
 }
 
-/// Dynamic shared memory and its shadow: one 64-bit word of bookkeeping per 4 bytes.
+/// Dynamic shared memory and its shadow: one 64-bit word of bookkeeping per
+/// [`SHADOW_GRAIN`] bytes.
 pub struct SharedMemory {
     words: Vec<u128>,
     pub len: usize,
     shadow: Vec<AtomicU64>,
 }
 
-/// Shadow word layout: who wrote the 4 bytes last, and when.
+/// Bytes one shadow word watches: 2, the narrowest shared-memory store of any kernel (16-bit
+/// keys), so that two threads storing the two halves of one 4-byte word, which a GPU keeps
+/// apart, are not taken for a race.
+const SHADOW_GRAIN: usize = 2;
+
+/// Shadow word layout: who wrote the [`SHADOW_GRAIN`] bytes last, and when.
 const SHADOW_WRITTEN: u64 = 1 << 63;
 const SHADOW_ATOMIC: u64 = 1 << 62;
 const SHADOW_THREAD_SHIFT: u32 = 48;
@@ -340,7 +346,7 @@ pub enum Access {
 impl SharedMemory {
     fn new(len: usize) -> Self {
         let words = std::vec![0u128; len.div_ceil(16)];
-        let shadow = (0..len.div_ceil(4)).map(|_| AtomicU64::new(0)).collect();
+        let shadow = (0..len.div_ceil(SHADOW_GRAIN)).map(|_| AtomicU64::new(0)).collect();
         Self { words, len, shadow }
     }
 
@@ -371,14 +377,14 @@ impl SharedMemory {
         let warp_epoch = warp.epoch.load(Ordering::SeqCst) as u64 & EPOCH_MASK;
         let block_epoch = block_epoch as u64 & EPOCH_MASK;
         let offset = address - base;
-        for word in offset / 4..(offset + bytes).div_ceil(4) {
+        for word in offset / SHADOW_GRAIN..(offset + bytes).div_ceil(SHADOW_GRAIN) {
             let shadow = self.shadow[word].load(Ordering::SeqCst);
             let written = shadow & SHADOW_WRITTEN != 0;
             if !written && access != Access::Write {
                 return Err(format!(
                     "{} shared memory at byte {} that nothing wrote",
                     if access == Access::Read { "reads" } else { "updates atomically" },
-                    word * 4
+                    word * SHADOW_GRAIN
                 ));
             }
             if written {
@@ -401,7 +407,7 @@ impl SharedMemory {
                     return Err(format!(
                         "race: {what} shared memory at byte {} that thread {writer} {how} since the \
                          last barrier (add a sync_threads or sync_warp between them)",
-                        word * 4
+                        word * SHADOW_GRAIN
                     ));
                 }
             }

@@ -19,8 +19,9 @@
 //!   with what each waits for);
 //! * a read of dynamic shared memory that nothing wrote, or an access past the bytes the
 //!   launch asked for or past a region;
-//! * two threads of different warps touching the same shared word between two barriers when
-//!   one of them writes it (and the same inside a warp with no warp collective between);
+//! * two threads of different warps touching the same 2 bytes of shared memory between two
+//!   barriers when one of them writes it (and the same inside a warp with no warp collective
+//!   between);
 //! * a panic in kernel code (integer overflow in index arithmetic, for instance).
 //!
 //! ```
