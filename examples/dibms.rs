@@ -64,7 +64,12 @@ fn main() {
     let gpu = Gpu::from_env_device((local_rank % Gpu::device_count().max(1)) as u32)
         .expect("a GPU or the emulator");
     let outcome = match mode {
-        "check" => check(&gpu, &comm),
+        // Once as MPI allows, once in calls of at most 4 KiB (the splitting that exchanges
+        // beyond MPI's 2 GiB take).
+        "check" => check(&gpu, &comm).and_then(|()| {
+            let small = MpiCommunicator::new(universe.world(), timeout).with_message_limit(4096);
+            check(&gpu, &small).map_err(|e| format!("in 4 KiB calls: {e}"))
+        }),
         "bytes" => bytes(&gpu, &comm, args.get(1).and_then(|e| e.parse().ok()).unwrap_or(20)),
         "fault-input" | "fault-silent" | "fault-exit" => fault(&gpu, &comm, mode),
         other => {

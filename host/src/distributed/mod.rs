@@ -58,7 +58,7 @@ mod threads;
 use std::time::Duration;
 
 #[cfg(feature = "mpi")]
-pub use self::mpi::MpiCommunicator;
+pub use self::mpi::{MPI_MESSAGE_LIMIT, MpiCommunicator};
 pub use threads::{ThreadCommunicator, ThreadGroup};
 
 use crate::SelectKey;

@@ -6,8 +6,12 @@
 //! forever. After a timeout the communicator refuses further calls; MPI cannot cancel a
 //! collective, so its buffers are left to MPI (leaked) and the process should end (
 //! [`MpiCommunicator::abort`] ends every process of the job).
+//!
+//! MPI counts a message in 32-bit integers: an exchange larger than that is split into as
+//! many calls as it takes ([`MpiCommunicator::with_message_limit`]).
 
 use std::cell::Cell;
+use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use mpi::collective::SystemOperation;
@@ -37,12 +41,40 @@ pub struct MpiCommunicator {
     world: SimpleCommunicator,
     timeout: Duration,
     broken: Cell<bool>,
+    message_limit: usize,
 }
+
+/// The most bytes one MPI call carries by default: what MPI's 32-bit counts (and the
+/// receiving side's 32-bit displacements) allow.
+pub const MPI_MESSAGE_LIMIT: usize = i32::MAX as usize;
 
 impl MpiCommunicator {
     /// `world` with a timeout for each collective operation.
     pub fn new(world: SimpleCommunicator, timeout: Duration) -> Self {
-        Self { world, timeout, broken: Cell::new(false) }
+        Self { world, timeout, broken: Cell::new(false), message_limit: MPI_MESSAGE_LIMIT }
+    }
+
+    /// The same communicator with each exchange split into MPI calls that carry at most
+    /// `bytes` bytes, all processes' pieces of a call together (at most
+    /// [`MPI_MESSAGE_LIMIT`], the default, whatever `bytes` says). Larger exchanges take
+    /// more calls, each waited on within the timeout; nothing else changes. Smaller limits
+    /// are for tests: `examples/dibms.rs check` runs every algorithm again with 4 KiB calls.
+    ///
+    /// ```no_run
+    /// use gpu_select::distributed::{DEFAULT_TIMEOUT, MpiCommunicator};
+    ///
+    /// let universe = mpi::initialize().expect("MPI starts once");
+    /// let comm = MpiCommunicator::new(universe.world(), DEFAULT_TIMEOUT).with_message_limit(1 << 20);
+    /// ```
+    pub fn with_message_limit(mut self, bytes: usize) -> Self {
+        self.message_limit = bytes.clamp(1, MPI_MESSAGE_LIMIT);
+        self
+    }
+
+    /// Bytes one process sends in one call of a gather: the processes' pieces of a call
+    /// together stay within the limit.
+    fn piece_bytes(&self) -> usize {
+        (self.message_limit / self.size()).max(1)
     }
 
     /// This process's rank among the processes of its machine (those that share memory
@@ -105,19 +137,100 @@ impl MpiCommunicator {
     }
 
     /// Every rank's byte count.
-    fn counts(&self, len: usize) -> Result<Vec<i32>> {
-        let len = i32::try_from(len)
-            .map_err(|_| Error::invalid(format!("{len} bytes are too many for one MPI message")))?;
-        let send = vec![len];
-        let mut counts = vec![0i32; self.size()];
+    fn lengths(&self, len: usize) -> Result<Vec<u64>> {
+        let send = vec![len as u64];
+        let mut lengths = vec![0u64; self.size()];
         let done = mpi::request::scope(|scope| {
             self.wait(
-                self.world.immediate_all_gather_into(scope, &send[..], &mut counts[..]),
+                self.world.immediate_all_gather_into(scope, &send[..], &mut lengths[..]),
                 "a count exchange",
             )
         });
-        leak_on_error(done, (send, counts))
+        leak_on_error(done, (send, lengths))
     }
+
+    /// One call of a gather (to every process when `root` is `None`): this process's
+    /// `piece`, every process's count of this call in `counts`; what the receiver got, in
+    /// process order (empty where this process receives nothing).
+    fn gather_piece(&self, piece: &[u8], counts: &[i32], root: Option<usize>) -> Result<Vec<u8>> {
+        let send = mpi_buffer(piece);
+        if root.is_some_and(|root| root != self.rank()) {
+            let root_process = self.world.process_at_rank(root.unwrap_or_default() as i32);
+            let done = mpi::request::scope(|scope| {
+                self.wait(root_process.immediate_gather_varcount_into(scope, &send[..]), "a gather")
+            });
+            return leak_on_error(done, (send, Vec::new()));
+        }
+        let displs = displacements(counts)?;
+        let total: usize = counts.iter().map(|&c| c as usize).sum();
+        let mut all = mpi_buffer(&vec![0u8; total]);
+        // The partition (MPI reads its counts until the end) outlives the request.
+        let mut partition = PartitionMut::new(&mut all[..], counts.to_vec(), displs);
+        let done = mpi::request::scope(|scope| match root {
+            Some(root) => self.wait(
+                self.world.process_at_rank(root as i32).immediate_gather_varcount_into_root(
+                    scope,
+                    &send[..],
+                    &mut partition,
+                ),
+                "a gather",
+            ),
+            None => self.wait(
+                self.world.immediate_all_gather_varcount_into(scope, &send[..], &mut partition),
+                "an all-gather",
+            ),
+        });
+        if done.is_err() {
+            std::mem::forget(partition);
+        }
+        leak_on_error(done, (send, all))
+    }
+
+    /// A gather in as many calls as the limit takes: every process's bytes, in process
+    /// order, at `root` (at every process when `root` is `None`).
+    fn gather_in_pieces(&self, bytes: &[u8], root: Option<usize>) -> Result<Vec<Vec<u8>>> {
+        self.check_usable()?;
+        let lengths = self.lengths(bytes.len())?;
+        let piece = self.piece_bytes();
+        let mut parts: Vec<Vec<u8>> = Vec::with_capacity(lengths.len());
+        if root.is_none_or(|root| root == self.rank()) {
+            parts.extend(lengths.iter().map(|&len| Vec::with_capacity(len as usize)));
+        }
+        for round in 0..rounds(&lengths, piece) {
+            // Below the limit, so the counts and their sum fit MPI's 32-bit integers.
+            let counts: Vec<i32> =
+                lengths.iter().map(|&len| piece_range(len as usize, piece, round).len() as i32).collect();
+            let received =
+                self.gather_piece(&bytes[piece_range(bytes.len(), piece, round)], &counts, root)?;
+            if !parts.is_empty() {
+                for (part, piece) in parts.iter_mut().zip(split(&received, &counts)) {
+                    part.extend_from_slice(&piece);
+                }
+            }
+        }
+        Ok(parts)
+    }
+}
+
+/// `bytes` in a buffer MPI may be given even when empty: an empty `Vec`'s address is 1,
+/// which is Open MPI's `MPI_IN_PLACE`, and a process that sent nothing in a gather was taken
+/// for one that asked for "in place" (`MPI_ERR_ARG`); a buffer with room has a real address.
+fn mpi_buffer(bytes: &[u8]) -> Vec<u8> {
+    let mut buffer = Vec::with_capacity(bytes.len().max(1));
+    buffer.extend_from_slice(bytes);
+    buffer
+}
+
+/// Bytes `round · piece …` of a payload of `len` (empty once the payload is through).
+fn piece_range(len: usize, piece: usize, round: usize) -> Range<usize> {
+    let start = round.saturating_mul(piece).min(len);
+    start..start.saturating_add(piece).min(len)
+}
+
+/// Calls a gather of payloads of `lengths` takes in pieces of `piece`: at least one, so
+/// that every process makes the same calls whatever the lengths.
+fn rounds(lengths: &[u64], piece: usize) -> usize {
+    lengths.iter().map(|&len| (len as usize).div_ceil(piece)).max().unwrap_or(0).max(1)
 }
 
 /// Leaks `buffers` when `done` failed (a request MPI may still write), else returns them.
@@ -166,25 +279,7 @@ impl Communicator for MpiCommunicator {
     }
 
     fn all_gather(&self, bytes: &[u8]) -> Result<Vec<Vec<u8>>> {
-        self.check_usable()?;
-        let counts = self.counts(bytes.len())?;
-        let displs = displacements(&counts)?;
-        let total: usize = counts.iter().map(|&c| c as usize).sum();
-        let send = bytes.to_vec();
-        let mut all = vec![0u8; total];
-        // The partition (MPI reads its counts until the end) outlives the request.
-        let mut partition = PartitionMut::new(&mut all[..], counts.clone(), displs);
-        let done = mpi::request::scope(|scope| {
-            self.wait(
-                self.world.immediate_all_gather_varcount_into(scope, &send[..], &mut partition),
-                "an all-gather",
-            )
-        });
-        if done.is_err() {
-            std::mem::forget(partition);
-        }
-        let all = leak_on_error(done, (send, all))?;
-        Ok(split(&all, &counts))
+        self.gather_in_pieces(bytes, None)
     }
 
     fn all_reduce_sum(&self, words: &mut [u64]) -> Result<()> {
@@ -214,32 +309,8 @@ impl Communicator for MpiCommunicator {
     }
 
     fn gather(&self, bytes: &[u8], root: usize) -> Result<Option<Vec<Vec<u8>>>> {
-        self.check_usable()?;
-        let counts = self.counts(bytes.len())?;
-        let root_process = self.world.process_at_rank(root as i32);
-        let send = bytes.to_vec();
-        if self.rank() != root {
-            let done = mpi::request::scope(|scope| {
-                self.wait(root_process.immediate_gather_varcount_into(scope, &send[..]), "a gather")
-            });
-            leak_on_error(done, (send, Vec::new()))?;
-            return Ok(None);
-        }
-        let displs = displacements(&counts)?;
-        let total: usize = counts.iter().map(|&c| c as usize).sum();
-        let mut all = vec![0u8; total];
-        let mut partition = PartitionMut::new(&mut all[..], counts.clone(), displs);
-        let done = mpi::request::scope(|scope| {
-            self.wait(
-                root_process.immediate_gather_varcount_into_root(scope, &send[..], &mut partition),
-                "a gather",
-            )
-        });
-        if done.is_err() {
-            std::mem::forget(partition);
-        }
-        let all = leak_on_error(done, (send, all))?;
-        Ok(Some(split(&all, &counts)))
+        let parts = self.gather_in_pieces(bytes, Some(root))?;
+        Ok((self.rank() == root).then_some(parts))
     }
 
     fn broadcast(&self, bytes: Vec<u8>, root: usize) -> Result<Vec<u8>> {
@@ -251,9 +322,43 @@ impl Communicator for MpiCommunicator {
         });
         let len = leak_on_error(done, (Vec::new(), len))?[0] as usize;
         let mut data = if self.rank() == root { bytes } else { vec![0u8; len] };
-        let done = mpi::request::scope(|scope| {
-            self.wait(root_process.immediate_broadcast_into(scope, &mut data[..]), "a broadcast")
-        });
-        leak_on_error(done, (Vec::new(), data))
+        // In calls of at most the limit (one sender: the whole limit is its).
+        for round in 0..len.div_ceil(self.message_limit) {
+            let range = piece_range(len, self.message_limit, round);
+            let mut piece = data[range.clone()].to_vec();
+            let done = mpi::request::scope(|scope| {
+                self.wait(root_process.immediate_broadcast_into(scope, &mut piece[..]), "a broadcast")
+            });
+            data[range].copy_from_slice(&leak_on_error(done, (Vec::new(), piece))?);
+        }
+        Ok(data)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_cover_each_payload_once_in_the_same_number_of_calls() {
+        let lengths = [0u64, 1, 4095, 4096, 4097, 10_000];
+        let piece = 4096;
+        let calls = rounds(&lengths, piece);
+        assert_eq!(calls, 3); // 10 000 bytes in pieces of 4096
+        for &len in &lengths {
+            let len = len as usize;
+            let ranges: Vec<Range<usize>> = (0..calls).map(|round| piece_range(len, piece, round)).collect();
+            // Consecutive, from 0 to len, none longer than a piece.
+            let mut at = 0;
+            for range in &ranges {
+                assert_eq!(range.start, at, "len {len}: {ranges:?}");
+                assert!(range.len() <= piece);
+                at = range.end;
+            }
+            assert_eq!(at, len, "len {len}: {ranges:?}");
+        }
+        // Nothing to send still makes one call, so that every process makes it.
+        assert_eq!(rounds(&[0, 0], piece), 1);
+        assert_eq!(piece_range(5, usize::MAX, 3), 5..5);
     }
 }
