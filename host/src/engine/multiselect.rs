@@ -936,6 +936,14 @@ mod tests {
         check_first_pass::<u64>(&mut wide);
         let mut doubles: Vec<u64> = (0..1024).map(|_| ((next() as f64) - 4e15).to_ordered()).collect();
         check_first_pass::<f64>(&mut doubles);
+        // 16-bit floats: ordered bits in the high half of a u32, the low half zero.
+        let mut halves: Vec<u64> =
+            (0..1024).map(|_| half::f16::from_f64(next() as f64 / 1e12 - 4e3).to_ordered() as u64).collect();
+        halves.extend([half::f16::NAN.to_ordered() as u64; 30]);
+        check_first_pass::<half::f16>(&mut halves);
+        let mut brains: Vec<u64> =
+            (0..1024).map(|_| half::bf16::from_f64(next() as f64 / 1e9).to_ordered() as u64).collect();
+        check_first_pass::<half::bf16>(&mut brains);
     }
 
     #[test]
