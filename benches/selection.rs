@@ -69,6 +69,16 @@ fn uniform_f32(n: usize, seed: u64) -> Vec<f32> {
     random_words(n, seed).map(|word| (word >> 40) as f32 / (1u64 << 24) as f32).collect()
 }
 
+/// The median of 10 event-timed calls of `work` after 2 warm-up calls.
+fn median_of_calls(gpu: &Gpu, mut work: impl FnMut() -> gpu_select::Result<()>) -> f64 {
+    for _ in 0..2 {
+        work().unwrap();
+    }
+    let mut samples = Samples::default();
+    timed(gpu, &mut samples, 10, &mut work);
+    samples.median()
+}
+
 /// Median read-floor time for `buffer`, timed directly (not through criterion, so that a
 /// filter on the command line never leaves a case without its floor).
 fn read_floor(gpu: &Gpu, buffer: &DeviceBuffer<f32>) -> f64 {
@@ -831,16 +841,6 @@ const HALF_ROWS: [(usize, usize); 3] = [(64, 131_072), (256, 262_144), (1, 262_1
 /// The `k` of the half-precision rows.
 const HALF_KS: [usize; 2] = [50, 1024];
 
-/// The median of 10 event-timed calls of `work` after 2 warm-up calls.
-fn median_of_calls(gpu: &Gpu, mut work: impl FnMut() -> gpu_select::Result<()>) -> f64 {
-    for _ in 0..2 {
-        work().unwrap();
-    }
-    let mut samples = Samples::default();
-    timed(gpu, &mut samples, 10, &mut work);
-    samples.median()
-}
-
 /// Logit-like values: normal, mean 0, standard deviation 4 (Box–Muller over
 /// [`uniform_f32`]'s pairs), so that the best of a row lie in a sparse tail, as a model's
 /// logits do.
@@ -985,13 +985,9 @@ fn sweep_rows<K: SelectKey>(
     for k in SWEEP_KS.into_iter().filter(|&k| k <= cols) {
         let order = Order::Smallest;
         let (plan, mut workspace, mut out) = rows_buffers::<K>(gpu, matrix, (rows, cols, k), order);
-        let mut run = || gpu.top_k_into(&plan, Keys::rows(matrix, rows, cols), &mut out, &mut workspace);
-        for _ in 0..2 {
-            run().unwrap();
-        }
-        let mut samples = Samples::default();
-        timed(gpu, &mut samples, 10, &mut run);
-        let median_ms = samples.median();
+        let median_ms = median_of_calls(gpu, || {
+            gpu.top_k_into(&plan, Keys::rows(matrix, rows, cols), &mut out, &mut workspace)
+        });
         let predicted = plan.predicted_ms();
         eprintln!("sweep {} {rows}x{cols} k={k} {algorithm}: {median_ms:.4} ms", K::NAME);
         let _ = writeln!(
@@ -1069,13 +1065,8 @@ fn top_k_sweep(gpu: &Gpu) {
                     values: gpu.alloc_zeroed::<f32>(k).unwrap(),
                     indices: gpu.alloc_zeroed::<u64>(k).unwrap(),
                 };
-                let mut run = || gpu.top_k_into(&plan, &keys, &mut out, &mut workspace);
-                for _ in 0..2 {
-                    run().unwrap();
-                }
-                let mut samples = Samples::default();
-                timed(gpu, &mut samples, 10, &mut run);
-                let median_ms = samples.median();
+                let median_ms =
+                    median_of_calls(gpu, || gpu.top_k_into(&plan, &keys, &mut out, &mut workspace));
                 let predicted = plan.predicted_ms();
                 eprintln!("topk-sweep f32 n=2^{log_n} k={k} {name}: {median_ms:.4} ms");
                 let _ = writeln!(

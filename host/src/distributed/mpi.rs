@@ -322,14 +322,18 @@ impl Communicator for MpiCommunicator {
         });
         let len = leak_on_error(done, (Vec::new(), len))?[0] as usize;
         let mut data = if self.rank() == root { bytes } else { vec![0u8; len] };
-        // In calls of at most the limit (one sender: the whole limit is its).
+        // In calls of at most the limit (one sender: the whole limit is its), each into its
+        // place in `data`.
         for round in 0..len.div_ceil(self.message_limit) {
             let range = piece_range(len, self.message_limit, round);
-            let mut piece = data[range.clone()].to_vec();
             let done = mpi::request::scope(|scope| {
-                self.wait(root_process.immediate_broadcast_into(scope, &mut piece[..]), "a broadcast")
+                self.wait(root_process.immediate_broadcast_into(scope, &mut data[range]), "a broadcast")
             });
-            data[range].copy_from_slice(&leak_on_error(done, (Vec::new(), piece))?);
+            if let Err(error) = done {
+                // MPI may still write the piece: the buffer is left to it.
+                std::mem::forget(data);
+                return Err(error);
+            }
         }
         Ok(data)
     }

@@ -342,43 +342,20 @@ impl Gpu {
             .enumerate()
             .map(|(s, handle)| {
                 let start = plan.first_stream + s * plan.stream_bytes;
+                // Views of this stream's share of the workspace, which owns the memory.
+                fn view<V: DeviceValue>(handle: &Gpu, address: u64, len: usize) -> DeviceBuffer<V> {
+                    DeviceBuffer::borrowed(handle.clone(), address, len, false)
+                }
                 let at = |offset: usize| address(start + offset);
+                let pair = |(keys, indices, len): (usize, usize, usize)| TopK {
+                    values: view(handle, at(keys), len),
+                    indices: view(handle, at(indices), len),
+                };
                 KnnBuffers {
-                    distances: DeviceBuffer::borrowed(
-                        handle.clone(),
-                        at(regions.distances.0),
-                        regions.distances.1,
-                        false,
-                    ),
-                    best: TopK {
-                        values: DeviceBuffer::borrowed(
-                            handle.clone(),
-                            at(regions.best.0),
-                            regions.best.2,
-                            false,
-                        ),
-                        indices: DeviceBuffer::borrowed(
-                            handle.clone(),
-                            at(regions.best.1),
-                            regions.best.2,
-                            false,
-                        ),
-                    },
-                    candidates: TopK {
-                        values: DeviceBuffer::borrowed(
-                            handle.clone(),
-                            at(regions.candidates.0),
-                            regions.candidates.2,
-                            false,
-                        ),
-                        indices: DeviceBuffer::borrowed(
-                            handle.clone(),
-                            at(regions.candidates.1),
-                            regions.candidates.2,
-                            false,
-                        ),
-                    },
-                    rows: DeviceBuffer::borrowed(handle.clone(), at(regions.rows.0), regions.rows.1, false),
+                    distances: view(handle, at(regions.distances.0), regions.distances.1),
+                    best: pair(regions.best),
+                    candidates: pair(regions.candidates),
+                    rows: view(handle, at(regions.rows.0), regions.rows.1),
                 }
             })
             .collect();

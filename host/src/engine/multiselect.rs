@@ -542,9 +542,11 @@ impl<'a, K: SelectKey> BucketRun<'a, K> {
     ) -> Result<(DeviceBuffer<u32>, Vec<u64>)> {
         let gpu = self.gpu;
         let table_on_device = gpu.upload(table)?;
-        // All of it, not only the extremes: the one copy below reads the totals past
-        // `labels` too, which no kernel writes (compute-sanitizer's initcheck, run 155).
-        gpu.clear_on_device(self.totals.global_ptr().address(), (MAX_LABELS + 2) * 8)?;
+        // The totals past `labels` as well as the extremes: the one copy below reads them
+        // too, and no kernel writes them (compute-sanitizer's initcheck, run 155). The
+        // first `labels` are cleared by `queue_totals`.
+        let unused = self.totals.global_ptr().offset(labels as u64).address();
+        gpu.clear_on_device(unused, (MAX_LABELS + 2 - labels as usize) * 8)?;
         let count = MultiParams { table: table_on_device.global_ptr(), first, labels, ..self.params() };
         gpu.launch(K::MULTISELECT_COUNT, self.pass_shape(), count)?;
         self.queue_totals(labels)?;
