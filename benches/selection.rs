@@ -1081,6 +1081,123 @@ fn top_k_sweep(gpu: &Gpu) {
     println!("written: {}", path.display());
 }
 
+/// Sizes of the SBP sweep (the paper's 2^21 … 2^29, and 2^28, the size of the targets).
+const SBP_SWEEP_LOG_N: [u32; 6] = [21, 23, 25, 27, 28, 29];
+/// `K` of the SBP sweep (the paper's 8 … 128).
+const SBP_SWEEP_KS: [usize; 5] = [8, 16, 32, 64, 128];
+
+/// The SBP paper's datasets, `n` keys each as f32: integers uniform in `0 .. 2^30` (as f32,
+/// so 24 significant bits), the bucket killer (every key 1.0 but four, each one byte away),
+/// and squared distances from one vector to `n` others (32-dimensional, uniform in
+/// `[0, 1)`, computed on all cores: the 128 dimensions of the paper would take the GPU
+/// machine minutes per size for the same shape of distribution).
+fn sbp_dataset(name: &str, n: usize, seed: u64) -> Vec<f32> {
+    match name {
+        "uniform" => random_words(n, seed).map(|word| (word >> 34) as f32).collect(),
+        "bucket-killer" => {
+            let mut data = vec![1.0f32; n];
+            for byte in 0..4 {
+                data[n / 5 * (byte + 1)] = f32::from_bits(0x3F80_0000 ^ (1 << (8 * byte)));
+            }
+            data
+        }
+        _ => {
+            const DIM: usize = 32;
+            let query: Vec<f32> = uniform_f32(DIM, seed);
+            let mut data = vec![0.0f32; n];
+            let threads = std::thread::available_parallelism().map_or(4, |t| t.get());
+            let chunk = n.div_ceil(threads);
+            std::thread::scope(|scope| {
+                for (c, part) in data.chunks_mut(chunk).enumerate() {
+                    let query = &query;
+                    scope.spawn(move || {
+                        let mut words = random_words(part.len() * DIM, seed + 1 + c as u64);
+                        for distance in part.iter_mut() {
+                            *distance = query
+                                .iter()
+                                .map(|q| {
+                                    ((words.next().unwrap() >> 40) as f32 / (1u64 << 24) as f32 - q).powi(2)
+                                })
+                                .sum();
+                        }
+                    });
+                }
+            });
+            data
+        }
+    }
+}
+
+/// The SBP sweep (section `sbp-sweep`, never on by default): the SBP paper's comparisons on
+/// this GPU. SBP radix against the multi-kernel radix select, SBP tree against SampleSelect
+/// (and the bitonic top-k and `Auto`), top-k largest and selection of the `K`-th largest, on
+/// the paper's three datasets, for `K` of [`SBP_SWEEP_KS`] and `n` of [`SBP_SWEEP_LOG_N`]
+/// (medians of 10 event-timed calls after 2 warm-up calls, caller-provided workspace),
+/// written to `sbp-sweep.csv` in the results folder with the read floor of the same bytes.
+fn sbp_sweep(gpu: &Gpu) {
+    let dir = results_dir();
+    std::fs::create_dir_all(&dir).expect("cannot create the results folder");
+    let path = dir.join("sbp-sweep.csv");
+    let mut csv = String::from("dataset,n,k,op,algorithm,ms,floor_ms\n");
+    let top_k = [
+        ("sbp-radix", Algorithm::SbpRadix),
+        ("radix", Algorithm::RadixSelect),
+        ("sbp-tree", Algorithm::SbpTree),
+        ("sample", Algorithm::SampleSelect),
+        ("bitonic", Algorithm::Bitonic),
+        ("auto", Algorithm::Auto),
+    ];
+    let select = [
+        ("sbp-radix", SelectAlgorithm::SbpRadix),
+        ("sbp-tree", SelectAlgorithm::SbpTree),
+        ("sample", SelectAlgorithm::SampleSelect),
+    ];
+    // `GPU_SELECT_SBP_SWEEP_LOG_N` (comma-separated) narrows the sizes, for tuning sweeps.
+    let sizes: Vec<u32> =
+        std::env::var("GPU_SELECT_SBP_SWEEP_LOG_N").map_or(SBP_SWEEP_LOG_N.to_vec(), |list| {
+            list.split(',').map(|s| s.trim().parse().expect("GPU_SELECT_SBP_SWEEP_LOG_N: numbers")).collect()
+        });
+    for log_n in sizes {
+        let n = 1usize << log_n;
+        for dataset in ["uniform", "bucket-killer", "distances"] {
+            let keys = gpu.upload(&sbp_dataset(dataset, n, log_n as u64)).unwrap();
+            let floor_ms = read_floor(gpu, &keys);
+            for k in SBP_SWEEP_KS {
+                for (name, algorithm) in top_k {
+                    let options = TopKOptions::new(Order::Largest).with_algorithm(algorithm);
+                    let Ok(plan) = gpu.plan_top_k(&Keys::new(&keys), k, &options) else { continue };
+                    let mut workspace = gpu.alloc_zeroed::<u8>(plan.workspace_bytes()).unwrap();
+                    let mut out = TopK {
+                        values: gpu.alloc_zeroed::<f32>(k).unwrap(),
+                        indices: gpu.alloc_zeroed::<u64>(k).unwrap(),
+                    };
+                    let ms = median_of_calls(gpu, || gpu.top_k_into(&plan, &keys, &mut out, &mut workspace));
+                    eprintln!(
+                        "sbp-sweep {dataset} n=2^{log_n} k={k} top_k {name}: {ms:.4} ms ({:.2}× floor)",
+                        ms / floor_ms
+                    );
+                    let _ = writeln!(csv, "{dataset},{n},{k},top_k,{name},{ms:.5},{floor_ms:.5}");
+                }
+                for (name, algorithm) in select {
+                    let options = SelectOptions::new(Order::Largest).with_algorithm(algorithm);
+                    let plan = gpu.plan_select::<f32>(n, &options).unwrap();
+                    let mut workspace = gpu.alloc_zeroed::<u8>(plan.workspace_bytes()).unwrap();
+                    let ms = median_of_calls(gpu, || {
+                        gpu.select_into(&plan, &keys, k - 1, &mut workspace).map(|_| ())
+                    });
+                    eprintln!(
+                        "sbp-sweep {dataset} n=2^{log_n} k={k} select {name}: {ms:.4} ms ({:.2}× floor)",
+                        ms / floor_ms
+                    );
+                    let _ = writeln!(csv, "{dataset},{n},{k},select,{name},{ms:.5},{floor_ms:.5}");
+                }
+            }
+            std::fs::write(&path, &csv).expect("cannot write the sweep");
+        }
+    }
+    println!("written: {}", path.display());
+}
+
 /// Median of `runs` host-clock timings of `call` followed by a wait for the GPU: the latency
 /// a caller sees, allocation and freeing included (CUDA events would miss host time spent
 /// in the driver while the GPU idles).
@@ -1164,8 +1281,8 @@ fn convenience(gpu: &Gpu) {
 /// beside f32 on LLM sampling shapes and 2^28), `quantiles`,
 /// `distributed` (DIBMS over four threads' handles), `knn` (exact k-NN, SIFT1M's shape),
 /// `multi-gpu` (k-NN and DIBMS over every GPU of the machine), `convenience` (the
-/// convenient calls against the caller-workspace forms), `rows-sweep` and `topk-sweep`), all
-/// but `multi-gpu` and the sweeps by default.
+/// convenient calls against the caller-workspace forms), `rows-sweep`, `topk-sweep` and
+/// `sbp-sweep`), all but `multi-gpu` and the sweeps by default.
 fn section_enabled(section: &str) -> bool {
     if section.ends_with("-sweep") || section == "multi-gpu" {
         return std::env::var("GPU_SELECT_BENCH_SECTIONS")
@@ -1334,6 +1451,15 @@ fn tuning_from_env(gpu: &Gpu) -> Tuning {
         Err(_) => None,
     };
     tuning.rows_radix_parts = number("GPU_SELECT_ROWS_RADIX_PARTS");
+    if let Some(slack) = number("GPU_SELECT_SBP_CUTOFF_SLACK_PERCENT") {
+        tuning.sbp_cutoff_slack_percent = slack;
+    }
+    if let Some(least) = number("GPU_SELECT_SBP_MIN_CUTOFF") {
+        tuning.sbp_min_cutoff = least;
+    }
+    if let Some(spread) = number("GPU_SELECT_SBP_TREE_SPREAD") {
+        tuning.sbp_tree_spread = spread;
+    }
     tuning
 }
 
@@ -1360,8 +1486,10 @@ fn main() {
     let heap = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::PerThreadHeap);
     let sort = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::SortAndChoose);
     let bucket = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::BucketSelect);
+    let sbp_radix = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::SbpRadix);
+    let sbp_tree = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::SbpTree);
     let auto = TopKOptions::new(Order::Largest);
-    let total = sizes.len() * 19 + 4 + 15 + 8;
+    let total = sizes.len() * 24 + 4 + 21 + 8;
     let mut step = 0;
     for &log_n in sizes {
         let n = 1usize << log_n;
@@ -1397,6 +1525,11 @@ fn main() {
             (1024, sort),
             (32, bucket),
             (1024, bucket),
+            (32, sbp_radix),
+            (128, sbp_radix),
+            (1024, sbp_radix),
+            (32, sbp_tree),
+            (128, sbp_tree),
         ];
         // Auto, against the best of the above: the cost model's choice.
         top_k_cases.extend([(1, auto), (32, auto), (256, auto), (1024, auto)]);
@@ -1454,6 +1587,8 @@ fn main() {
                     (1024, radix),
                     (1024, sort),
                     (1024, bucket),
+                    (128, sbp_radix),
+                    (128, sbp_tree),
                 ] {
                     step += 1;
                     eprintln!("[{step}/{total}] top_k f32 n=2^{log_n} k={k} {:?} {label}", options.algorithm);
@@ -1488,6 +1623,9 @@ fn main() {
     }
     if section_enabled("topk-sweep") {
         top_k_sweep(&gpu);
+    }
+    if section_enabled("sbp-sweep") {
+        sbp_sweep(&gpu);
     }
     criterion.final_summary();
     if !cases.is_empty() {

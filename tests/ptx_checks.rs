@@ -68,6 +68,7 @@ fn every_table_kernel_is_exported_with_the_host_parameter_size() {
                 _ if name.starts_with("merge_runs_") => size_of::<MergeParams<f32>>(),
                 _ if name.starts_with("top_k_rows_") => size_of::<RowsParams<f32>>(),
                 _ if name.starts_with("probe_") => size_of::<ProbeParams>(),
+                _ if name.starts_with("sbp_") => size_of::<gpu_select_kernels::topk::sbp::SbpParams<f32>>(),
                 "read_floor_u32" => size_of::<ReadFloorParams>(),
                 "gather_selected_indices" => size_of::<gpu_select_kernels::gather::GatherIndicesParams>(),
                 _ if name.starts_with("knn_norms_") => {
@@ -88,16 +89,35 @@ fn every_table_kernel_is_exported_with_the_host_parameter_size() {
 }
 
 #[test]
-fn kernels_of_more_than_256_threads_carry_their_block_size() {
+fn kernels_carry_their_launch_bounds() {
+    // Kernels of more than 256 threads carry their block size (or the launch may fail); the
+    // SBP partition asks for four blocks per multiprocessor (three with 64-bit keys).
     use gpu_select_kernels::select::sample::SAMPLE_SORT_THREADS;
+    use gpu_select_kernels::topk::sbp::{SBP_THREADS, TREE_THREADS};
     let ptx = ptx();
+    let narrow_keys = ["f32", "i32", "u32", "f16", "bf16"];
+    let wide_keys = ["f64", "i64", "u64"];
     for name in all_kernel_names() {
-        let bounded = entry_body(&ptx, name).contains(&format!(".maxntid {SAMPLE_SORT_THREADS}, 1, 1\n{{"));
-        assert_eq!(
-            bounded,
-            name.starts_with("sample_select_sample_"),
-            "{name}: a .maxntid only where the launch has {SAMPLE_SORT_THREADS} threads"
-        );
+        let expected = if name.starts_with("sample_select_sample_") {
+            format!(".maxntid {SAMPLE_SORT_THREADS}, 1, 1\n{{")
+        } else if name.starts_with("sbp_tree_") {
+            format!(".maxntid {TREE_THREADS}, 1, 1\n{{")
+        } else if narrow_keys.iter().any(|key| name == format!("sbp_partition_{key}")) {
+            format!(".maxntid {SBP_THREADS}, 1, 1\n.minnctapersm 4\n{{")
+        } else if wide_keys.iter().any(|key| name == format!("sbp_partition_{key}")) {
+            format!(".maxntid {SBP_THREADS}, 1, 1\n.minnctapersm 3\n{{")
+        } else {
+            String::new()
+        };
+        let body = entry_body(&ptx, name);
+        if expected.is_empty() {
+            assert!(
+                !body.contains(".maxntid") && !body.contains(".minnctapersm"),
+                "{name}: no launch bounds expected"
+            );
+        } else {
+            assert!(body.contains(&expected), "{name}: lacks {expected:?}");
+        }
     }
 }
 

@@ -106,6 +106,11 @@ fn check_all<K: TestKey>() {
                 let bucket = TopKOptions::new(order).with_algorithm(Algorithm::BucketSelect);
                 check(&gpu, &data, k, bucket.with_sorted(false), &format!("{context} bucket unsorted"));
                 check(&gpu, &data, k, bucket, &format!("{context} bucket sorted"));
+                for sbp in [Algorithm::SbpRadix, Algorithm::SbpTree] {
+                    let options = TopKOptions::new(order).with_algorithm(sbp);
+                    check(&gpu, &data, k, options.with_sorted(false), &format!("{context} {sbp:?} unsorted"));
+                    check(&gpu, &data, k, options, &format!("{context} {sbp:?} sorted"));
+                }
             }
         }
     }
@@ -441,6 +446,8 @@ fn algorithms_agree_with_each_other() {
                 Algorithm::PerThreadHeap,
                 Algorithm::SortAndChoose,
                 Algorithm::BucketSelect,
+                Algorithm::SbpRadix,
+                Algorithm::SbpTree,
                 Algorithm::Auto,
             ]
             .into_iter()

@@ -44,6 +44,7 @@ use crate::topk::rows::{
 use crate::topk::rows_merge::merge_rows;
 use crate::topk::rows_radix::select_rows_radix;
 use crate::topk::rows_warp_radix::select_rows_warp_radix;
+use crate::topk::sbp::{SbpParams, partition as sbp_partition_body, tree as sbp_tree_body};
 use crate::topk::sort_choose::{
     SortChooseParams, count as sort_choose_count_body, scan as sort_choose_scan_body,
     scatter as sort_choose_scatter_body,
@@ -160,6 +161,11 @@ pub trait KernelKey: Key {
     /// The `k` best of each row's sorted runs of `k`, by co-ranking: a split row's second
     /// pass.
     const ROWS_MERGE: KernelId<RowsParams<Self>>;
+    /// Split-bucket partition: one pass, each tile reduced to its candidates at a fixed
+    /// place.
+    const SBP_PARTITION: KernelId<SbpParams<Self>>;
+    /// Split-bucket partition: the search tree's splitters from a sample (one block).
+    const SBP_TREE: KernelId<SbpParams<Self>>;
     /// Merge of neighbouring sorted runs (merge path).
     const MERGE_RUNS: KernelId<MergeParams<Self>>;
     /// Every kernel name of this key type, as in the PTX.
@@ -188,6 +194,8 @@ crate::__kernel_table! {
         ROWS_RADIX = top_k_rows_radix(RowsParams) => select_rows_radix;
         ROWS_WARP_RADIX = top_k_rows_warp_radix(RowsParams) => select_rows_warp_radix;
         ROWS_MERGE = top_k_rows_merge(RowsParams) => merge_rows;
+        SBP_PARTITION = sbp_partition(SbpParams) => sbp_partition_body;
+        SBP_TREE = sbp_tree(SbpParams) => sbp_tree_body;
         RADIX_COUNT = radix_count(RadixParams) => radix_count_body;
         RADIX_CHOOSE = radix_choose(RadixParams) => radix_choose_body;
         RADIX_FILTER = radix_filter(RadixParams) => radix_filter_body;

@@ -121,6 +121,11 @@ pub struct DistributedGuideDoctests;
 #[cfg(doctest)]
 pub struct KnnGuideDoctests;
 
+/// docs/sbp.md's example, compiled and run as a doc test.
+#[doc = include_str!("../../docs/sbp.md")]
+#[cfg(doctest)]
+pub struct SbpGuideDoctests;
+
 /// docs/rows.md's example, compiled and run as a doc test.
 #[doc = include_str!("../../docs/rows.md")]
 #[cfg(doctest)]

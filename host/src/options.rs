@@ -6,6 +6,7 @@ use gpu_select_kernels::block::bitonic_sort::MAX_BLOCK_SORT_LEN;
 use gpu_select_kernels::select::sample::MAX_SAMPLE;
 use gpu_select_kernels::topk::bitonic::{MAX_BITONIC_K, NO_INDEX};
 use gpu_select_kernels::topk::heap::MAX_HEAP_K;
+use gpu_select_kernels::topk::sbp::MAX_SBP_K;
 
 use crate::Order;
 use crate::buffer::DeviceBuffer;
@@ -90,6 +91,20 @@ pub enum Algorithm {
     /// a few hundred) and many short rows; few long rows are split over several blocks and
     /// merged. `k ≤ 2048`.
     WarpSelect,
+    /// Split-bucket partition with radix buckets (SBP's `TK_RdSP`): one kernel per pass;
+    /// each block holds a tile of 16 384 keys in registers, narrows it by 11-bit digits (in
+    /// registers, no further read) until the buckets that hold its `k` best are few enough,
+    /// and writes them to a place fixed in advance (the block's cutoff-sized segment), so no
+    /// pass needs a global prefix sum. Passes repeat on the kept keys until one tile
+    /// remains; the last keeps exactly `k`, which are sorted. About one read of the data
+    /// plus the candidates' (a few percent for `k ≤ 128`). `k ≤ 2048`, any `n`.
+    SbpRadix,
+    /// Split-bucket partition with a sampled search tree (SBP's `TK_StSPTC`): as
+    /// [`Algorithm::SbpRadix`], but a tiny kernel first sorts a sample of the data and keeps
+    /// 255 splitters around the rank of a tile's `k`-th best, and the first pass buckets
+    /// each key by a binary search of them; blocks whose target bucket is still too large
+    /// narrow inside it by radix digits. `k ≤ 2048`, any `n`.
+    SbpTree,
 }
 
 impl Algorithm {
@@ -99,6 +114,7 @@ impl Algorithm {
         match self {
             Algorithm::Bitonic => k <= MAX_BITONIC_K as u64 && n < 1 << 32,
             Algorithm::PerThreadHeap => k <= MAX_HEAP_K as u64 && n < 1 << 32,
+            Algorithm::SbpRadix | Algorithm::SbpTree => k <= MAX_SBP_K as u64,
             Algorithm::SortAndChoose => n < 1 << 32,
             Algorithm::BlockSort => n <= crate::MAX_SMALL_SORT_LEN as u64,
             Algorithm::Auto | Algorithm::RadixSelect | Algorithm::SampleSelect | Algorithm::BucketSelect => {
@@ -182,6 +198,14 @@ pub enum SelectAlgorithm {
         /// Buckets of the one level: a power of two, 2 to 1024.
         buckets: usize,
     },
+    /// Split-bucket partition, radix form (SBP's `S_RdSP`): the key of rank `k` as the last
+    /// of the top-`k + 1` from the nearer end ([`Algorithm::SbpRadix`](crate::Algorithm::SbpRadix)),
+    /// for ranks below 128 from either end (the paper's small-`K` selection); other ranks are
+    /// an error. About one read of the data.
+    SbpRadix,
+    /// Split-bucket partition, search-tree form (SBP's `S_StSPT`): as
+    /// [`SelectAlgorithm::SbpRadix`] with the sampled search tree.
+    SbpTree,
 }
 
 /// The tuning parameters of SampleSelect (the paper's §5), as one value.

@@ -39,13 +39,28 @@ pub const PTXAS_PIP_VERSION: &str = "12.9.86";
 /// Where the committed artifacts live, relative to the workspace root.
 pub const KERNELS_DIR: &str = "host/kernels";
 
-/// Kernels launched with more threads than 256, by name prefix, and their block size: their
-/// entries get a `.maxntid` directive (what CUDA C's `__launch_bounds__` writes; rustc has no
-/// attribute for it), so that `ptxas` and the driver's JIT keep them within the registers a
-/// thread may have at that size (64 at 1024 threads). Without it the launch fails once
-/// either compiler takes more. `tests/ptx_checks.rs` checks each entry's directive against
-/// the kernel crate's constant.
-pub const WIDE_KERNELS: [(&str, u32); 1] = [("sample_select_sample_", 1024)];
+/// Launch bounds, by kernel name prefix: `(prefix, threads, blocks)`. Each matching entry
+/// gets a `.maxntid threads` directive (what CUDA C's `__launch_bounds__` writes; rustc has
+/// no attribute for it), and with `blocks > 0` a `.minnctapersm blocks` too, so that `ptxas`
+/// and the driver's JIT keep it within the registers a thread may have at that size (64 at
+/// 1024 threads). Kernels launched with more than 256 threads need it, or the launch fails
+/// once either compiler takes more. The SBP partition asks for as many blocks per
+/// multiprocessor as its shared-memory tile allows (four of 256 threads with 32- and 16-bit
+/// keys: 64 registers, where it would take 118 and run two; three with 64-bit keys), so that
+/// some blocks load while others narrow. `tests/ptx_checks.rs` checks each entry's
+/// directives against the kernel crate's constants.
+pub const LAUNCH_BOUNDS: [(&str, u32, u32); 10] = [
+    ("sample_select_sample_", 1024, 0),
+    ("sbp_tree_", 1024, 0),
+    ("sbp_partition_f32", 256, 4),
+    ("sbp_partition_i32", 256, 4),
+    ("sbp_partition_u32", 256, 4),
+    ("sbp_partition_f16", 256, 4),
+    ("sbp_partition_bf16", 256, 4),
+    ("sbp_partition_f64", 256, 3),
+    ("sbp_partition_i64", 256, 3),
+    ("sbp_partition_u64", 256, 3),
+];
 
 /// One file of `host/kernels/`: its name there and its uncompressed contents.
 pub struct Artifact {
@@ -60,8 +75,8 @@ impl Artifact {
     }
 }
 
-/// Adds [`WIDE_KERNELS`]' `.maxntid` directives to `ptx`: after the parameter list of each
-/// matching `.entry`, before its body.
+/// Adds [`LAUNCH_BOUNDS`]' directives to `ptx`: after the parameter list of each matching
+/// `.entry`, before its body.
 pub fn bound_block_threads(ptx: &str) -> String {
     let mut out = String::with_capacity(ptx.len() + 1024);
     let mut pending = None;
@@ -69,12 +84,17 @@ pub fn bound_block_threads(ptx: &str) -> String {
         out.push_str(line);
         out.push('\n');
         if let Some(name) = line.trim_start().strip_prefix(".visible .entry ") {
-            pending =
-                WIDE_KERNELS.iter().find(|(prefix, _)| name.starts_with(prefix)).map(|&(_, threads)| threads);
+            pending = LAUNCH_BOUNDS
+                .iter()
+                .find(|(prefix, _, _)| name.trim_end_matches('(').starts_with(prefix))
+                .map(|&(_, threads, blocks)| (threads, blocks));
         } else if line == ")"
-            && let Some(threads) = pending.take()
+            && let Some((threads, blocks)) = pending.take()
         {
             out.push_str(&format!(".maxntid {threads}, 1, 1\n"));
+            if blocks > 0 {
+                out.push_str(&format!(".minnctapersm {blocks}\n"));
+            }
         }
     }
     out

@@ -8,4 +8,5 @@ pub mod rows;
 pub mod rows_merge;
 pub mod rows_radix;
 pub mod rows_warp_radix;
+pub mod sbp;
 pub mod sort_choose;

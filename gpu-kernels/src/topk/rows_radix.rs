@@ -269,7 +269,7 @@ impl<B: OrderedBits> Narrowed<B> {
     }
 
     /// The largest rank with the prefix.
-    fn upper(&self) -> B {
+    pub(crate) fn upper(&self) -> B {
         match self.shift {
             0 => self.prefix,
             shift if shift >= B::BITS => B::MAX,

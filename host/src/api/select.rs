@@ -109,7 +109,12 @@ impl Gpu {
     /// workspace a run needs.
     pub fn plan_select<K: SelectKey>(&self, n: usize, options: &SelectOptions) -> Result<SelectPlan<K>> {
         let plan = self.plan_selection(n, options)?;
-        let workspace_bytes = SampleWorkspace::new(&plan, n, size_of::<K>()).bytes;
+        let workspace_bytes = match options.algorithm {
+            SelectAlgorithm::SbpRadix | SelectAlgorithm::SbpTree => {
+                crate::engine::sbp::selection_workspace_bytes(n as u64, size_of::<K>(), self.tuning())
+            }
+            _ => SampleWorkspace::new(&plan, n, size_of::<K>()).bytes,
+        };
         Ok(SelectPlan { gpu: self.clone(), n, options: *options, plan, workspace_bytes, key: PhantomData })
     }
 
@@ -140,6 +145,10 @@ impl Gpu {
         }
         self.check_workspace(workspace.buffer(), plan.workspace_bytes)?;
         let base = workspace.buffer_mut().global_ptr().address();
+        if let SelectAlgorithm::SbpRadix | SelectAlgorithm::SbpTree = plan.options.algorithm {
+            let tree = plan.options.algorithm == SelectAlgorithm::SbpTree;
+            return self.run_sbp_selection(keys.buffer(), k, plan.options.order, tree, base);
+        }
         if plan.loads_vectors() && !keys.device_address().is_multiple_of(16) {
             // Keys at an odd offset (a view): the same selection without the passes that
             // load 16-byte vectors. Its regions are the plan's or smaller, so the workspace

@@ -93,6 +93,39 @@ fn sort_and_choose_line(key_bytes: usize) -> Line {
 }
 
 /// The block sort of at most 2048 keys: one launch.
+/// `k` of the rows of the SBP tables: 8, 16, 32, 64, 128 (the SBP paper's range, measured).
+const SBP_K: [u64; 5] = [8, 16, 32, 64, 128];
+/// SBP, radix form: milliseconds of uniform f32 top-k at n = 2^20 … 2^28 of
+/// [`BITONIC_LOG_N`] (2^30: four times 2^28, not measured), one row per [`SBP_K`] (H100 run
+/// 170, `docs/results/raw/2026-11-26-h100-run170-sbp-sweep.csv`). Two launches and little
+/// fixed work make it the fastest at n ≤ 2^22; the work per key in its first pass (a
+/// histogram of every key of the tile) makes it 1.5–2× the bitonic top-k from 2^24.
+const SBP_RADIX_MS: [[f64; 6]; 5] = [
+    [0.0306, 0.0525, 0.1116, 0.2977, 1.0330, 4.1320],
+    [0.0330, 0.0580, 0.1163, 0.3019, 1.0390, 4.1560],
+    [0.0391, 0.0579, 0.1185, 0.3161, 1.0693, 4.2771],
+    [0.0521, 0.0617, 0.1268, 0.3378, 1.0905, 4.3618],
+    [0.0541, 0.0671, 0.1530, 0.3495, 1.1422, 4.5690],
+];
+/// SBP, search-tree form: as [`SBP_RADIX_MS`] (same run).
+const SBP_TREE_MS: [[f64; 6]; 5] = [
+    [0.0404, 0.0612, 0.1073, 0.2391, 0.7333, 2.9332],
+    [0.0428, 0.0657, 0.1140, 0.2434, 0.7557, 3.0226],
+    [0.0515, 0.0674, 0.1213, 0.2759, 0.8875, 3.5502],
+    [0.0641, 0.0719, 0.1348, 0.3246, 1.0231, 4.0923],
+    [0.0677, 0.0800, 0.1673, 0.3653, 1.1930, 4.7718],
+];
+/// SBP beyond the measured `k` (129 … 2048): two launches, the block sort of `k`, and the
+/// work per key of the k = 128 row at 2^28. Not a candidate of `Auto` there.
+const SBP_BEYOND: Line = Line { fixed_ms: 0.05, per_input_ns: 4.2e-3, reads: 1.1 };
+
+/// The predicted time of an SBP form from its table: the row of the smallest measured `k`
+/// at or above `k`, interpolated in `n`.
+fn sbp_table_ms(table: &[[f64; 6]; 5], n: u64, k: u64) -> Option<f64> {
+    let row = SBP_K.iter().position(|&measured| k <= measured)?;
+    Some(table_ms(&table[row], n))
+}
+
 const BLOCK_SORT: Line = Line { fixed_ms: 0.012, per_input_ns: 0.0, reads: 1.0 };
 
 /// A table row's time for `n` keys (columns at [`BITONIC_LOG_N`]), on the fitted GPU.
@@ -164,6 +197,13 @@ pub(crate) fn predict_ms(
         // more shared memory, so fewer threads: a lower bound).
         Algorithm::PerThreadHeap => return Some((heap_table_ms(n, k) * scale).max(read_ms(1.0))),
         Algorithm::SortAndChoose => sort_and_choose_line(key_bytes),
+        Algorithm::SbpRadix | Algorithm::SbpTree => {
+            let table = if algorithm == Algorithm::SbpRadix { &SBP_RADIX_MS } else { &SBP_TREE_MS };
+            match sbp_table_ms(table, n, k) {
+                Some(ms) => return Some((ms * scale).max(read_ms(1.1))),
+                None => SBP_BEYOND,
+            }
+        }
         // Auto resolves before; WarpSelect is the rows model's (`rows_cost`).
         Algorithm::Auto | Algorithm::WarpSelect => return None,
     };
@@ -173,8 +213,11 @@ pub(crate) fn predict_ms(
 
 /// The algorithm with the smallest predicted time among those that take the shape.
 pub(crate) fn cheapest(n: u64, k: u64, key_bytes: usize, device: Device) -> Algorithm {
+    // SBP's radix form where it was measured (k ≤ 128, n ≤ 2^28); its tree form won nowhere.
+    let sbp = (k <= SBP_K[SBP_K.len() - 1] && n <= 1 << 28).then_some(Algorithm::SbpRadix);
     [Algorithm::BlockSort, Algorithm::Bitonic, Algorithm::RadixSelect, Algorithm::SampleSelect]
         .into_iter()
+        .chain(sbp)
         .filter_map(|algorithm| Some((algorithm, predict_ms(algorithm, n, k, key_bytes, device)?)))
         .min_by(|a, b| a.1.total_cmp(&b.1))
         .map_or(Algorithm::RadixSelect, |(algorithm, _)| algorithm)
@@ -293,6 +336,8 @@ mod tests {
                 Algorithm::Bitonic => "bitonic",
                 Algorithm::RadixSelect => "radix",
                 Algorithm::SampleSelect => "sample",
+                // Not in this sweep (run 52 predates it): the SBP sweep's test covers it.
+                Algorithm::SbpRadix => continue,
                 other => panic!("n={n} k={k}: {other:?} was not measured"),
             };
             let chosen = measured.iter().find(|m| m.0 == name).unwrap().1;
@@ -311,6 +356,68 @@ mod tests {
         assert!(worst.0 <= 1.10, "Auto at n={} k={}: {:.3}× the best", worst.1, worst.2, worst.0);
     }
 
+    /// The SBP sweep of H100 run 170: per (dataset, n, k), each top-k algorithm's time.
+    fn sbp_sweep() -> std::collections::BTreeMap<(String, u64, u64), Vec<(String, f64)>> {
+        const SBP_SWEEP: &str =
+            include_str!("../../../docs/results/raw/2026-11-26-h100-run170-sbp-sweep.csv");
+        let mut by_shape = std::collections::BTreeMap::<(String, u64, u64), Vec<(String, f64)>>::new();
+        for line in SBP_SWEEP.lines().skip(1).filter(|line| line.contains(",top_k,")) {
+            let fields: Vec<&str> = line.split(',').collect();
+            let (n, k): (u64, u64) = (fields[1].parse().unwrap(), fields[2].parse().unwrap());
+            by_shape
+                .entry((fields[0].to_string(), n, k))
+                .or_default()
+                .push((fields[4].to_string(), fields[5].parse().unwrap()));
+        }
+        by_shape
+    }
+
+    #[test]
+    fn auto_takes_sbp_where_it_wins_and_stays_near_the_best_of_its_sweep() {
+        let (mut worst, mut sbp_chosen, mut shapes) = (1.0f64, 0, 0);
+        for ((dataset, n, k), measured) in sbp_sweep() {
+            let time = |name: &str| measured.iter().find(|m| m.0 == name).unwrap().1;
+            let best = ["sbp-radix", "sbp-tree", "radix", "sample", "bitonic"]
+                .map(time)
+                .into_iter()
+                .fold(f64::MAX, f64::min);
+            let chosen = match cheapest(n, k, 4, H100) {
+                Algorithm::SbpRadix => {
+                    sbp_chosen += 1;
+                    "sbp-radix"
+                }
+                Algorithm::Bitonic => "bitonic",
+                Algorithm::RadixSelect => "radix",
+                Algorithm::SampleSelect => "sample",
+                other => panic!("{dataset} n={n} k={k}: {other:?} was not measured"),
+            };
+            let ratio = time(chosen) / best;
+            eprintln!("{dataset} n={n} k={k}: {chosen} {ratio:.3}× the best");
+            worst = worst.max(ratio);
+            shapes += 1;
+            // The tables reproduce their own measurements (uniform keys).
+            if dataset == "uniform" && n <= 1 << 28 {
+                for (name, algorithm) in
+                    [("sbp-radix", Algorithm::SbpRadix), ("sbp-tree", Algorithm::SbpTree)]
+                {
+                    let predicted = predict_ms(algorithm, n, k, 4, H100).unwrap();
+                    if [20, 22, 24, 26, 28].contains(&n.trailing_zeros()) {
+                        // The tables hold four decimals.
+                        assert!(
+                            (predicted / time(name) - 1.0).abs() < 5e-3,
+                            "{name} n={n} k={k}: {predicted}"
+                        );
+                    }
+                }
+            }
+        }
+        assert_eq!(shapes, 7 * 3 * 5);
+        assert!(sbp_chosen >= 20, "Auto took SBP on {sbp_chosen} shapes");
+        assert!(worst < 1.35, "Auto at {worst:.3}× the best of a shape");
+        assert!(predict_ms(Algorithm::SbpRadix, 1 << 20, 129, 4, H100).is_some(), "named, any k ≤ 2048");
+        assert!(!matches!(cheapest(1 << 20, 129, 4, H100), Algorithm::SbpRadix), "Auto only where measured");
+    }
+
     #[test]
     fn auto_picks_what_the_measurements_say() {
         assert_eq!(cheapest(1000, 10, 4, H100), Algorithm::BlockSort);
@@ -320,6 +427,8 @@ mod tests {
         assert_eq!(cheapest(1 << 20, 1024, 4, H100), Algorithm::Bitonic);
         assert_eq!(cheapest(1 << 26, 1024, 4, H100), Algorithm::Bitonic);
         assert_eq!(cheapest(1 << 33, 8, 4, H100), Algorithm::SampleSelect);
+        assert_eq!(cheapest(1 << 21, 8, 4, H100), Algorithm::SbpRadix);
+        assert_eq!(cheapest(1 << 21, 200, 4, H100), Algorithm::Bitonic);
         assert!(predict_ms(Algorithm::Bitonic, 1 << 20, 1025, 4, H100).is_none());
         assert!(predict_ms(Algorithm::BlockSort, 2049, 1, 4, H100).is_none());
     }

@@ -17,6 +17,7 @@ pub(crate) mod rows;
 pub(crate) mod rows_cost;
 pub(crate) mod sample_select;
 pub(crate) mod sample_top_k;
+pub(crate) mod sbp;
 pub(crate) mod sort;
 pub(crate) mod sort_choose;
 pub(crate) mod staging;

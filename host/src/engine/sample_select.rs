@@ -293,7 +293,11 @@ impl Gpu {
             SelectAlgorithm::QuickSelect => {
                 (options.policy.unwrap_or_else(SampleSelectPolicy::quick_select), flags::SINGLE_PIVOT)
             }
-            SelectAlgorithm::Auto | SelectAlgorithm::SampleSelect | SelectAlgorithm::Approximate { .. } => {
+            SelectAlgorithm::Auto
+            | SelectAlgorithm::SampleSelect
+            | SelectAlgorithm::Approximate { .. }
+            | SelectAlgorithm::SbpRadix
+            | SelectAlgorithm::SbpTree => {
                 let policy = options.policy.unwrap_or_else(|| SampleSelectPolicy::for_device(self.limits()));
                 // Plain selection's bracket, or top-k's when it asks (a small `k`); not bucket
                 // select's, whose splitters are widths, not samples.
@@ -456,7 +460,7 @@ impl Gpu {
 }
 
 /// Checks a rank against the input length.
-fn check_rank(n: usize, k: usize) -> Result<()> {
+pub(crate) fn check_rank(n: usize, k: usize) -> Result<()> {
     if n == 0 {
         return Err(Error::EmptyInput);
     }

@@ -9,6 +9,7 @@ use super::cost;
 use super::heap::{HeapPlan, HeapWorkspace};
 use super::radix::{RadixPlan, RadixWorkspace};
 use super::sample_top_k::{SampleTopKPlan, SampleTopKWorkspace};
+use super::sbp::{SbpPlan, SbpWorkspace};
 use super::sort::Pairs;
 use super::sort_choose::{SortChoosePlan, SortChooseWorkspace};
 use crate::buffer::DeviceBuffer;
@@ -58,6 +59,10 @@ impl Gpu {
             Plan::Radix(plan) => self.run_radix(data, k, order, plan, base, out),
             Plan::Sample(plan) => self.run_sample_top_k(data, k, order, plan, base, out),
             Plan::SortChoose(plan) => self.run_sort_choose(data, k, order, plan, base, out),
+            Plan::Sbp(plan) => {
+                let out_pairs = Pairs { keys: out.values.global_ptr(), indices: out.indices.global_ptr() };
+                self.run_sbp(data, order, plan, base, out_pairs)
+            }
         }
     }
 
@@ -190,6 +195,10 @@ impl Gpu {
                 Ok(Plan::Heap(plan))
             }
             Algorithm::SortAndChoose => Ok(Plan::SortChoose(SortChoosePlan::new(n as u64, multiprocessors)?)),
+            Algorithm::SbpRadix | Algorithm::SbpTree => {
+                let tree = algorithm == Algorithm::SbpTree;
+                Ok(Plan::Sbp(SbpPlan::new(n as u64, k as u64, tree, options.sorted, self.tuning())?))
+            }
             Algorithm::BlockSort => Err(Error::invalid(format!(
                 "Algorithm::BlockSort takes at most {} keys; the input has {n}",
                 crate::MAX_SMALL_SORT_LEN
@@ -218,6 +227,7 @@ pub(crate) enum Plan {
     Radix(RadixPlan),
     Sample(SampleTopKPlan),
     SortChoose(SortChoosePlan),
+    Sbp(SbpPlan),
 }
 
 impl Plan {
@@ -230,6 +240,7 @@ impl Plan {
             Plan::Radix(plan) => RadixWorkspace::new(plan, k, key_bytes).bytes,
             Plan::Sample(plan) => SampleTopKWorkspace::new(plan, n, k, key_bytes).bytes,
             Plan::SortChoose(plan) => SortChooseWorkspace::new(plan, n, key_bytes).bytes,
+            Plan::Sbp(plan) => SbpWorkspace::new(plan, key_bytes).bytes,
         }
     }
 }
