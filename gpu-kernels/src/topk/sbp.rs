@@ -66,7 +66,7 @@ const _: () = assert!(SBP_ITEMS == 32);
 // A later pass's tile spans at most one segment per thread (the scan of their counts).
 const _: () = assert!(MAX_SEGMENTS <= SBP_THREADS as usize);
 /// The least cutoff of a pass that a later pass reads (so a tile spans at most
-/// [`MAX_SEGMENTS`] segments).
+/// 256 segments, one per thread).
 pub const MIN_SBP_CUTOFF: u32 = 32;
 /// Input segments a tile of a later pass spans at most.
 const MAX_SEGMENTS: usize = (SBP_TILE / MIN_SBP_CUTOFF as u64) as usize;
