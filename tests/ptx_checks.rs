@@ -91,21 +91,27 @@ fn every_table_kernel_is_exported_with_the_host_parameter_size() {
 #[test]
 fn kernels_carry_their_launch_bounds() {
     // Kernels of more than 256 threads carry their block size (or the launch may fail); the
-    // SBP partition asks for four blocks per multiprocessor (three with 64-bit keys).
+    // SBP partition asks for as many blocks per multiprocessor as fit without spilling
+    // (xtask's LAUNCH_BOUNDS): four with 32-bit keys, three with 16-bit keys and 64-bit
+    // integers, and `f64` only its block size.
     use gpu_select_kernels::select::sample::SAMPLE_SORT_THREADS;
     use gpu_select_kernels::topk::sbp::{SBP_THREADS, TREE_THREADS};
     let ptx = ptx();
-    let narrow_keys = ["f32", "i32", "u32", "f16", "bf16"];
-    let wide_keys = ["f64", "i64", "u64"];
+    let blocks_per_sm = |key: &str| match key {
+        "f32" | "i32" | "u32" => Some(4),
+        "f16" | "bf16" | "i64" | "u64" => Some(3),
+        _ => None,
+    };
     for name in all_kernel_names() {
         let expected = if name.starts_with("sample_select_sample_") {
             format!(".maxntid {SAMPLE_SORT_THREADS}, 1, 1\n{{")
         } else if name.starts_with("sbp_tree_") {
             format!(".maxntid {TREE_THREADS}, 1, 1\n{{")
-        } else if narrow_keys.iter().any(|key| name == format!("sbp_partition_{key}")) {
-            format!(".maxntid {SBP_THREADS}, 1, 1\n.minnctapersm 4\n{{")
-        } else if wide_keys.iter().any(|key| name == format!("sbp_partition_{key}")) {
-            format!(".maxntid {SBP_THREADS}, 1, 1\n.minnctapersm 3\n{{")
+        } else if let Some(key) = name.strip_prefix("sbp_partition_") {
+            match blocks_per_sm(key) {
+                Some(blocks) => format!(".maxntid {SBP_THREADS}, 1, 1\n.minnctapersm {blocks}\n{{"),
+                None => format!(".maxntid {SBP_THREADS}, 1, 1\n{{"),
+            }
         } else {
             String::new()
         };

@@ -92,18 +92,23 @@ pub enum Algorithm {
     /// merged. `k ≤ 2048`.
     WarpSelect,
     /// Split-bucket partition with radix buckets (SBP's `TK_RdSP`): one kernel per pass;
-    /// each block holds a tile of 16 384 keys in registers, narrows it by 11-bit digits (in
-    /// registers, no further read) until the buckets that hold its `k` best are few enough,
-    /// and writes them to a place fixed in advance (the block's cutoff-sized segment), so no
-    /// pass needs a global prefix sum. Passes repeat on the kept keys until one tile
-    /// remains; the last keeps exactly `k`, which are sorted. About one read of the data
-    /// plus the candidates' (a few percent for `k ≤ 128`). `k ≤ 2048`, any `n`.
+    /// each block reads a tile of 8192 keys into shared memory once, narrows it by 11-bit
+    /// digits (no further read of the data) until the buckets that hold its `k` best are few
+    /// enough, and writes them to a place fixed in advance (the block's cutoff-sized
+    /// segment), so no pass needs a global prefix sum. Passes repeat on the kept keys until
+    /// one tile remains; the last keeps exactly `k`, which are sorted. One read of the data
+    /// plus the candidates', but bound by its work per key: the fastest top-k for
+    /// `n ≤ 2^22` (`Auto` takes it there for `k ≤ 128`), about 3× the read floor at 2^28
+    /// (docs/sbp.md). `k ≤ 2048`, any `n`.
     SbpRadix,
     /// Split-bucket partition with a sampled search tree (SBP's `TK_StSPTC`): as
     /// [`Algorithm::SbpRadix`], but a tiny kernel first sorts a sample of the data and keeps
     /// 255 splitters around the rank of a tile's `k`-th best, and the first pass buckets
-    /// each key by a binary search of them; blocks whose target bucket is still too large
-    /// narrow inside it by radix digits. `k ≤ 2048`, any `n`.
+    /// each key by a binary search of them (one compare for the keys above the top
+    /// splitter); blocks whose target bucket is still too large narrow inside it by radix
+    /// digits. Slower than the radix form at small `n`, faster at large `n` on spread keys,
+    /// never the fastest of the library's algorithms: `Auto` does not pick it. `k ≤ 2048`,
+    /// any `n`.
     SbpTree,
 }
 
@@ -201,7 +206,8 @@ pub enum SelectAlgorithm {
     /// Split-bucket partition, radix form (SBP's `S_RdSP`): the key of rank `k` as the last
     /// of the top-`k + 1` from the nearer end ([`Algorithm::SbpRadix`](crate::Algorithm::SbpRadix)),
     /// for ranks below 128 from either end (the paper's small-`K` selection); other ranks are
-    /// an error. About one read of the data.
+    /// an error. 1.3–2.2× faster than SampleSelect for such ranks at `n ≤ 2^22` on spread
+    /// keys, slower beyond and on heavily repeated keys (docs/sbp.md).
     SbpRadix,
     /// Split-bucket partition, search-tree form (SBP's `S_StSPT`): as
     /// [`SelectAlgorithm::SbpRadix`] with the sampled search tree.
