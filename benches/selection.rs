@@ -1034,6 +1034,23 @@ const TOP_K_SWEEP_LOG_N: [u32; 6] = [20, 22, 24, 26, 28, 30];
 /// The `k` of the top-k sweep.
 const TOP_K_SWEEP_KS: [usize; 8] = [1, 8, 32, 100, 256, 512, 1000, 1024];
 
+/// The median time of `top_k_into` of `keys` with `options` into buffers made once (as
+/// [`median_of_calls`] times it), and the plan's predicted time; `None` when the algorithm
+/// does not take the shape. The sweeps' one timing of a top-k.
+fn top_k_into_ms(
+    gpu: &Gpu,
+    keys: &DeviceBuffer<f32>,
+    k: usize,
+    options: &TopKOptions,
+) -> Option<(f64, Option<f64>)> {
+    let plan = gpu.plan_top_k(&Keys::new(keys), k, options).ok()?;
+    let mut workspace = gpu.alloc_zeroed::<u8>(plan.workspace_bytes()).unwrap();
+    let mut out =
+        TopK { values: gpu.alloc_zeroed::<f32>(k).unwrap(), indices: gpu.alloc_zeroed::<u64>(k).unwrap() };
+    let ms = median_of_calls(gpu, || gpu.top_k_into(&plan, keys, &mut out, &mut workspace));
+    Some((ms, plan.predicted_ms()))
+}
+
 /// The top-k sweep (section `topk-sweep`, never on by default): uniform f32 keys at every
 /// size of [`TOP_K_SWEEP_LOG_N`] and `k` of [`TOP_K_SWEEP_KS`], largest first, with each
 /// algorithm and with `Auto` (the median of 10 event-timed calls after 2 warm-up calls),
@@ -1059,15 +1076,7 @@ fn top_k_sweep(gpu: &Gpu) {
         for k in TOP_K_SWEEP_KS {
             for (name, algorithm) in algorithms {
                 let options = TopKOptions::new(Order::Largest).with_algorithm(algorithm);
-                let Ok(plan) = gpu.plan_top_k(&Keys::new(&keys), k, &options) else { continue };
-                let mut workspace = gpu.alloc_zeroed::<u8>(plan.workspace_bytes()).unwrap();
-                let mut out = TopK {
-                    values: gpu.alloc_zeroed::<f32>(k).unwrap(),
-                    indices: gpu.alloc_zeroed::<u64>(k).unwrap(),
-                };
-                let median_ms =
-                    median_of_calls(gpu, || gpu.top_k_into(&plan, &keys, &mut out, &mut workspace));
-                let predicted = plan.predicted_ms();
+                let Some((median_ms, predicted)) = top_k_into_ms(gpu, &keys, k, &options) else { continue };
                 eprintln!("topk-sweep f32 n=2^{log_n} k={k} {name}: {median_ms:.4} ms");
                 let _ = writeln!(
                     csv,
@@ -1165,13 +1174,7 @@ fn sbp_sweep(gpu: &Gpu) {
             for k in SBP_SWEEP_KS {
                 for (name, algorithm) in top_k {
                     let options = TopKOptions::new(Order::Largest).with_algorithm(algorithm);
-                    let Ok(plan) = gpu.plan_top_k(&Keys::new(&keys), k, &options) else { continue };
-                    let mut workspace = gpu.alloc_zeroed::<u8>(plan.workspace_bytes()).unwrap();
-                    let mut out = TopK {
-                        values: gpu.alloc_zeroed::<f32>(k).unwrap(),
-                        indices: gpu.alloc_zeroed::<u64>(k).unwrap(),
-                    };
-                    let ms = median_of_calls(gpu, || gpu.top_k_into(&plan, &keys, &mut out, &mut workspace));
+                    let Some((ms, _)) = top_k_into_ms(gpu, &keys, k, &options) else { continue };
                     eprintln!(
                         "sbp-sweep {dataset} n=2^{log_n} k={k} top_k {name}: {ms:.4} ms ({:.2}× floor)",
                         ms / floor_ms

@@ -220,3 +220,36 @@ int_test_key!(i32);
 int_test_key!(u32);
 int_test_key!(i64);
 int_test_key!(u64);
+
+/// Runs the top-k and compares with the oracle: exactly for a sorted result; for an
+/// unsorted one, as a set (after sorting it the oracle's way). Returns the indices as they
+/// came.
+pub fn check_top_k<K: TestKey>(
+    gpu: &Gpu,
+    data: &[K],
+    k: usize,
+    options: gpu_select::TopKOptions,
+    context: &str,
+) -> Vec<u64> {
+    let device_data = gpu.upload(data).unwrap();
+    let top = gpu.top_k(&device_data, k, &options).unwrap_or_else(|e| panic!("{context}: {e}"));
+    let (values, indices) = (gpu.download(&top.values).unwrap(), gpu.download(&top.indices).unwrap());
+    let sorted = gpu_select::reference::sort_pairs(data, options.order);
+    let expected: Vec<(u64, u64)> = sorted.iter().take(k).map(|&(key, i)| (key.exact(), i)).collect();
+    let mut got: Vec<(u64, u64)> = values.iter().map(|v| v.exact()).zip(indices.iter().copied()).collect();
+    if !options.sorted {
+        // Each output must be the input it names; then order them as the oracle does.
+        for (&(bits, index), value) in got.iter().zip(&values) {
+            assert_eq!(
+                data[index as usize].exact(),
+                bits,
+                "{context}: output {value:?} is not input {index}"
+            );
+        }
+        let rank_of: std::collections::HashMap<u64, usize> =
+            sorted.iter().enumerate().map(|(r, &(_, i))| (i, r)).collect();
+        got.sort_by_key(|&(_, index)| rank_of[&index]);
+    }
+    assert_eq!(got, expected, "{context}");
+    indices
+}

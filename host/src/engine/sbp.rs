@@ -109,28 +109,17 @@ impl SbpWorkspace {
     /// The workspace with room for `outputs` sorted keys and indices after it (selection).
     fn with_output(plan: &SbpPlan, key_bytes: usize, outputs: usize) -> Self {
         let mut carver = WorkspaceCarver::default();
-        // Pass p writes buffer p % 2; the first pass's output is the largest.
-        let largest = |parity: usize| {
+        // Pass p writes buffer p % 2 (the last pass writes elsewhere); each pass at least
+        // quarters its input, so the first pass of each parity writes the most.
+        let first = |parity: usize| {
             plan.passes[..plan.passes.len() - 1]
-                .iter()
-                .skip(parity)
-                .step_by(2)
-                .map(|pass| (pass.tiles * pass.cutoff as u64) as usize)
-                .max()
-                .unwrap_or(0)
+                .get(parity)
+                .map_or((0, 0), |pass| ((pass.tiles * pass.cutoff as u64) as usize, pass.tiles as usize))
         };
-        let tiles = |parity: usize| {
-            plan.passes[..plan.passes.len() - 1]
-                .iter()
-                .skip(parity)
-                .step_by(2)
-                .map(|p| p.tiles as usize)
-                .max()
-                .unwrap_or(0)
-        };
-        let keys = [carver.region(largest(0) * key_bytes), carver.region(largest(1) * key_bytes)];
-        let indices = [carver.region(largest(0) * 8), carver.region(largest(1) * 8)];
-        let counts = [carver.region(tiles(0) * 4), carver.region(tiles(1) * 4)];
+        let (candidates, tiles) = ([first(0).0, first(1).0], [first(0).1, first(1).1]);
+        let keys = candidates.map(|count| carver.region(count * key_bytes));
+        let indices = candidates.map(|count| carver.region(count * 8));
+        let counts = tiles.map(|count| carver.region(count * 4));
         let splitters = carver.region(if plan.tree { TREE_SPLITTERS * 8 } else { 0 });
         let staged = if plan.sort_output { plan.k as usize } else { 0 };
         let final_keys = carver.region(staged * key_bytes);
