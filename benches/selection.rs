@@ -13,7 +13,7 @@ use gpu_select::diagnostics::{knn_distances, queue_read_pass, read_pass};
 use gpu_select::{
     Algorithm, BackendKind, DeviceBuffer, Gpu, InputFilter, KeyTransform, Keys, Metric, MultiselectAlgorithm,
     Order, QuantileOptions, RowsKernelFamily, SampleSelectPolicy, SelectAlgorithm, SelectKey, SelectOptions,
-    TopK, TopKOptions, TopKPlan, Tuning, Vectors,
+    TopK, TopKOptions, TopKOut, TopKPlan, Tuning, Vectors,
 };
 
 /// One measured case of the summary.
@@ -936,6 +936,68 @@ fn bench_half(gpu: &Gpu, cases: &mut Vec<Case>) {
     bench_half_type::<f32>(gpu, |value| value, cases);
 }
 
+/// The large-k section's rows (largest first): LLM-sized rows with `k` from 4096 to half a
+/// row, and the k-NN bench's rows at `k = 10 000` (a query tile's distances to 10^6 base
+/// vectors).
+const LARGE_K_ROWS: [(usize, usize, &[usize]); 3] =
+    [(64, 131_072, &[4096, 16_384, 65_536]), (256, 262_144, &[16_384, 131_072]), (128, 1_000_000, &[10_000])];
+
+/// One key type of the large-k section: the rows of [`LARGE_K_ROWS`] over logit-like values
+/// ([`logits_f32`]), by the batched radix select and, in the same call, by the per-row path
+/// it replaced (a one-array top-k per row, planned once: the A/B), each beside the read
+/// floor of its own bytes.
+fn bench_large_k_type<K: SelectKey>(gpu: &Gpu, convert: fn(f32) -> K, cases: &mut Vec<Case>) {
+    for (rows, cols, ks) in LARGE_K_ROWS {
+        let keys: Vec<K> = logits_f32(rows * cols, cols as u64).into_iter().map(convert).collect();
+        let matrix = gpu.upload(&keys).unwrap();
+        drop(keys);
+        let floor_ms = read_floor(gpu, &gpu.alloc_zeroed::<f32>(matrix.bytes() / 4).unwrap());
+        for &k in ks {
+            let (plan, mut workspace, mut out) =
+                rows_buffers::<K>(gpu, &matrix, (rows, cols, k), Order::Largest);
+            let batched_ms = median_of_calls(gpu, || {
+                gpu.top_k_into(&plan, Keys::rows(&matrix, rows, cols), &mut out, &mut workspace)
+            });
+            let row_plan =
+                gpu.plan_top_k(&Keys::new(matrix.slice(0..cols)), k, &TopKOptions::largest()).unwrap();
+            let mut row_workspace = gpu.alloc_zeroed::<u8>(row_plan.workspace_bytes()).unwrap();
+            let per_row_ms = median_of_calls(gpu, || {
+                for row in 0..rows {
+                    let outputs = TopKOut::new(
+                        out.values.slice_mut(row * k..(row + 1) * k),
+                        out.indices.slice_mut(row * k..(row + 1) * k),
+                    );
+                    let keys = Keys::new(matrix.slice(row * cols..(row + 1) * cols));
+                    gpu.top_k_into(&row_plan, keys, outputs, &mut row_workspace)?;
+                }
+                Ok(())
+            });
+            let name = format!("{} {rows}x{cols} k={k} Largest", K::NAME);
+            eprintln!(
+                "large-k: rows {name}: batched {batched_ms:.4} ms, per row {per_row_ms:.4} ms, floor {floor_ms:.4} ms"
+            );
+            for (group, median_ms) in [("large_k_rows", batched_ms), ("large_k_rows_per_row", per_row_ms)] {
+                cases.push(Case {
+                    group,
+                    name: name.clone(),
+                    elements: (rows * cols) as u64,
+                    bytes: matrix.bytes() as u64,
+                    median_ms,
+                    floor_ms,
+                    predicted_ms: None,
+                });
+            }
+        }
+    }
+}
+
+/// The large-k section (`large-k`): rows with `k` beyond the rows kernels' 2048, in bf16 and
+/// f32 (docs/results/large_k_torch.py times torch.topk on the same shapes).
+fn bench_large_k(gpu: &Gpu, cases: &mut Vec<Case>) {
+    bench_large_k_type::<half::bf16>(gpu, half::bf16::from_f32, cases);
+    bench_large_k_type::<f32>(gpu, |value| value, cases);
+}
+
 /// The shapes of the rows sweep: rows × cols, from many short rows to a few very long ones,
 /// so that the rows cost model sees every kernel and split the library chooses.
 const SWEEP_SHAPES: [(usize, usize); 20] = [
@@ -1281,7 +1343,8 @@ fn convenience(gpu: &Gpu) {
 
 /// Which parts of the benchmark run: `GPU_SELECT_BENCH_SECTIONS` (a comma-separated list
 /// of `sizes` (sort, top-k, selection at 2^20, 2^24, 2^28), `rows`, `half` (16-bit keys
-/// beside f32 on LLM sampling shapes and 2^28), `quantiles`,
+/// beside f32 on LLM sampling shapes and 2^28), `large-k` (rows with `k` beyond 2048),
+/// `quantiles`,
 /// `distributed` (DIBMS over four threads' handles), `knn` (exact k-NN, SIFT1M's shape),
 /// `multi-gpu` (k-NN and DIBMS over every GPU of the machine), `convenience` (the
 /// convenient calls against the caller-workspace forms), `rows-sweep`, `topk-sweep` and
@@ -1605,6 +1668,9 @@ fn main() {
     }
     if section_enabled("half") {
         bench_half(&gpu, &mut cases);
+    }
+    if section_enabled("large-k") {
+        bench_large_k(&gpu, &mut cases);
     }
     if section_enabled("quantiles") {
         bench_quantiles(&mut criterion, &gpu, &mut cases);

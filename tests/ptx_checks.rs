@@ -93,8 +93,10 @@ fn kernels_carry_their_launch_bounds() {
     // Kernels of more than 256 threads carry their block size (or the launch may fail); the
     // SBP partition asks for as many blocks per multiprocessor as fit without spilling
     // (xtask's LAUNCH_BOUNDS): four with 32-bit keys, three with 16-bit keys and 64-bit
-    // integers, and `f64` only its block size.
+    // integers, and `f64` only its block size; the radix select's filter with 32- and 16-bit
+    // keys the two blocks its host plan launches per multiprocessor (64-bit keys: none).
     use gpu_select_kernels::select::sample::SAMPLE_SORT_THREADS;
+    use gpu_select_kernels::topk::radix::RADIX_THREADS;
     use gpu_select_kernels::topk::sbp::{SBP_THREADS, TREE_THREADS};
     let ptx = ptx();
     let blocks_per_sm = |key: &str| match key {
@@ -112,6 +114,10 @@ fn kernels_carry_their_launch_bounds() {
                 Some(blocks) => format!(".maxntid {SBP_THREADS}, 1, 1\n.minnctapersm {blocks}\n{{"),
                 None => format!(".maxntid {SBP_THREADS}, 1, 1\n{{"),
             }
+        } else if let Some(key) = name.strip_prefix("radix_filter_")
+            && !key.ends_with("64")
+        {
+            format!(".maxntid {RADIX_THREADS}, 1, 1\n.minnctapersm 2\n{{")
         } else {
             String::new()
         };

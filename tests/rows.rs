@@ -7,7 +7,7 @@
 mod common;
 
 use common::{DISTRIBUTIONS, TestKey, generate};
-use gpu_select::{Algorithm, Error, Gpu, Keys, Order, PADDING_INDEX, TopKOptions, reference};
+use gpu_select::{Algorithm, Error, Gpu, Keys, Order, PADDING_INDEX, TopKOptions, Tuning, reference};
 
 /// The oracle's first `k` of `row`, as (exact bits, index), padded as the library pads.
 fn expected_row<K: TestKey>(row: &[K], k: usize, order: Order) -> Vec<(u64, u64)> {
@@ -166,14 +166,110 @@ fn rows_bf16() {
     check_all_dense::<half::bf16>();
 }
 
-/// The large queues (k up to 2048, where the queue spills to local memory) and k beyond them
-/// (one top-k per row), on the emulator too.
+/// The large queues (k up to 2048, where the queue spills to local memory) and k just beyond
+/// them (the batched radix select), on the emulator too.
 #[test]
 fn large_queues_and_k_beyond_them() {
     let gpu = common::gpu();
     for (rows, cols, k) in [(2, 2100, 513), (2, 2100, 1024), (2, 2500, 2048), (2, 2600, 2049)] {
         check_dense::<f32>(&gpu, rows, cols, k, Order::Smallest);
         check_dense::<u64>(&gpu, rows, cols, k, Order::Largest);
+    }
+}
+
+/// Dense rows with `k` beyond the queues take the batched radix select (every row's
+/// selection in the same launches, then a sort of each row's `k` padded to the sort's runs):
+/// `k` padded (2049 → 4096, 5000 → 8192), `k` already a power of two times 2048 (the sort
+/// writes the output itself), `k = cols`; rows of every distribution (all equal, few
+/// distinct, NaN and infinities among them); every key type, both orders.
+fn check_large_k<K: TestKey>() {
+    let gpu = common::gpu();
+    let mut shapes = vec![(3, 2600, 2049), (2, 4100, 4096), (2, 6000, 5000), (2, 3000, 3000)];
+    if !common::on_emulator(&gpu) {
+        shapes.extend([(8, 200_000, 16_384), (3, 1 << 20, 262_144), (100, 40_000, 10_000)]);
+    }
+    for (rows, cols, k) in shapes {
+        for order in [Order::Smallest, Order::Largest] {
+            check_dense::<K>(&gpu, rows, cols, k, order);
+        }
+    }
+}
+
+#[test]
+fn large_k_rows_f32() {
+    check_large_k::<f32>();
+}
+
+#[test]
+fn large_k_rows_f64() {
+    check_large_k::<f64>();
+}
+
+#[test]
+fn large_k_rows_i32() {
+    check_large_k::<i32>();
+}
+
+#[test]
+fn large_k_rows_u32() {
+    check_large_k::<u32>();
+}
+
+#[test]
+fn large_k_rows_i64() {
+    check_large_k::<i64>();
+}
+
+#[test]
+fn large_k_rows_u64() {
+    check_large_k::<u64>();
+}
+
+#[test]
+fn large_k_rows_f16() {
+    check_large_k::<half::f16>();
+}
+
+#[test]
+fn large_k_rows_bf16() {
+    check_large_k::<half::bf16>();
+}
+
+/// The batched radix select over several launches (a workspace budget of one row per
+/// launch; on a GPU also more rows than one launch's grid takes, 65 535), on strided rows
+/// with the caller's indices (each row's positions index its own part of the table).
+#[test]
+fn large_k_rows_in_several_launches_strided_with_indices() {
+    let gpu = common::gpu();
+    let one_row_per_launch = gpu.with_tuning(Tuning { rows_large_k_workspace_bytes: 1, ..*gpu.tuning() });
+    let mut cases = vec![(&one_row_per_launch, 5, 2500, 2600, 2100)];
+    if !common::on_emulator(&gpu) {
+        cases.push((&gpu, 65_600, 2_100, 2_100, 2_049));
+    }
+    for (gpu, rows, cols, stride, k) in cases {
+        let data = batch::<u32>(rows, stride, 77);
+        let table: Vec<u64> =
+            (0..data.len() as u64).map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 8).collect();
+        for order in [Order::Smallest, Order::Largest] {
+            let (keys, ids) = (gpu.upload(&data).unwrap(), gpu.upload(&table).unwrap());
+            let top = gpu
+                .top_k(
+                    Keys::rows_strided(&keys, rows, cols, stride).with_indices(&ids),
+                    k,
+                    &TopKOptions::new(order),
+                )
+                .unwrap();
+            let (values, indices) = (gpu.download(&top.values).unwrap(), gpu.download(&top.indices).unwrap());
+            for r in 0..rows {
+                let want: Vec<(u64, u64)> = expected_row(&data[r * stride..r * stride + cols], k, order)
+                    .into_iter()
+                    .map(|(key, column)| (key, table[r * stride + column as usize]))
+                    .collect();
+                let got: Vec<(u64, u64)> =
+                    (r * k..(r + 1) * k).map(|i| (values[i].exact(), indices[i])).collect();
+                assert!(got == want, "{rows}×{cols} (stride {stride}) k={k} {order:?}: row {r} differs");
+            }
+        }
     }
 }
 

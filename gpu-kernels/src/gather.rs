@@ -22,14 +22,19 @@ pub struct GatherIndicesParams {
     pub table: GlobalPtr<u64>,
     /// Number of positions.
     pub len: u64,
+    /// Positions per row of `indices` (rows: each row's positions are into its own part
+    /// of `table`); `len` or more for one array.
+    pub row_len: u64,
+    /// Entries of `table` from one row's part to the next's (0 for one array).
+    pub table_row_stride: u64,
 }
 
-/// The `gather_indices` kernel: `indices[i] = table[indices[i]]` for every `i < len`
-/// whose position is not [`NO_INDEX`].
+/// The `gather_indices` kernel: `indices[i] = table[r · table_row_stride + indices[i]]`
+/// (row `r = i / row_len`) for every `i < len` whose position is not [`NO_INDEX`].
 ///
 /// # Safety
-/// Every position in `indices` other than [`NO_INDEX`] is inside `table`; any grid and
-/// block shape (threads work alone).
+/// Every position in `indices` other than [`NO_INDEX`] is inside its row's part of `table`;
+/// `row_len > 0`; any grid and block shape (threads work alone).
 pub unsafe fn gather_indices(params: GatherIndicesParams) {
     let stride = device::grid_dim_x() as u64 * device::block_dim_x() as u64;
     let mut i = device::global_thread_idx();
@@ -37,7 +42,8 @@ pub unsafe fn gather_indices(params: GatherIndicesParams) {
         unsafe {
             let position = params.indices.read(i);
             if position != NO_INDEX {
-                params.indices.write(i, params.table.read(position));
+                let row_start = (i / params.row_len) * params.table_row_stride;
+                params.indices.write(i, params.table.read(row_start + position));
             }
         }
         i += stride;

@@ -222,6 +222,59 @@ impl Gpu {
         )
     }
 
+    /// Copies `rows` rows of `width` bytes between device addresses of this `Gpu`, from rows
+    /// `from_pitch` bytes apart to rows `to_pitch` bytes apart (queued after earlier work,
+    /// not waited for). The caller guarantees both ranges lie inside live buffers.
+    pub(crate) fn copy_rows_on_device(
+        &self,
+        from: u64,
+        from_pitch: usize,
+        to: u64,
+        to_pitch: usize,
+        width: usize,
+        rows: usize,
+    ) -> Result<()> {
+        // The driver's pitched copy takes pitches below 2^31 bytes: wider rows go one by one.
+        if from_pitch.max(to_pitch) > i32::MAX as usize {
+            for row in 0..rows as u64 {
+                self.copy_on_device(from + row * from_pitch as u64, to + row * to_pitch as u64, width)?;
+            }
+            return Ok(());
+        }
+        self.raw_memory_op(
+            width * rows,
+            "copying rows on the device",
+            |stream| {
+                // Every field written: the memory types are enums without a zero value.
+                let copy = sys::CUDA_MEMCPY2D {
+                    srcXInBytes: 0,
+                    srcY: 0,
+                    srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+                    srcHost: std::ptr::null(),
+                    srcDevice: from,
+                    srcArray: std::ptr::null_mut(),
+                    srcPitch: from_pitch,
+                    dstXInBytes: 0,
+                    dstY: 0,
+                    dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+                    dstHost: std::ptr::null_mut(),
+                    dstDevice: to,
+                    dstArray: std::ptr::null_mut(),
+                    dstPitch: to_pitch,
+                    WidthInBytes: width,
+                    Height: rows,
+                };
+                unsafe { sys::cuMemcpy2DAsync_v2(&copy, stream) }
+            },
+            || {
+                for row in 0..rows {
+                    let (source, target) = (from as usize + row * from_pitch, to as usize + row * to_pitch);
+                    unsafe { std::ptr::copy(source as *const u8, target as *mut u8, width) };
+                }
+            },
+        )
+    }
+
     /// Sets `bytes` bytes at a device address of this `Gpu` to zero (queued after earlier
     /// work). The caller guarantees the range lies inside a live buffer.
     pub(crate) fn clear_on_device(&self, address: u64, bytes: usize) -> Result<()> {

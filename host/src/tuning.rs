@@ -48,6 +48,10 @@ pub struct Tuning {
     /// Radix rows: the parts a long dense row is split into (at most `cols / k`); `None`
     /// decides by the shape.
     pub rows_radix_parts: Option<u64>,
+    /// Dense rows with `k` beyond 2048 (the batched radix select): the workspace of one
+    /// launch's rows stays within about this many bytes (256 MiB); more rows run in more
+    /// launches, one after another in the same workspace (a row needing more runs alone).
+    pub rows_large_k_workspace_bytes: usize,
     /// Bucket multiselect reads each rank among its label's keys (one block per rank) once
     /// every active label holds at most this many keys (2048, the kernel's most); more take
     /// another filter pass.
@@ -96,6 +100,7 @@ impl Default for Tuning {
             rows_auto_kernel: None,
             rows_warp_per_row: None,
             rows_radix_parts: None,
+            rows_large_k_workspace_bytes: 256 << 20,
             multiselect_pick_max: 2048,
             multiselect_labels: 8192,
             knn_tile_bytes: 512 << 20,

@@ -37,6 +37,7 @@
 use crate::device::{self, SharedLayout, SharedRegion, SharedSlice};
 use crate::key::{Key, OrderedBits};
 use crate::params::{GlobalPtr, Order};
+use crate::topk::bitonic::NO_INDEX;
 use crate::{block, warp};
 
 /// Threads per block of every radix kernel.
@@ -162,9 +163,43 @@ pub struct RadixParams<K> {
     pub order: u32,
     /// Keeps the struct free of implicit padding (set to 0).
     pub reserved: u32,
+    /// Rows (a batched top-k, a row per `grid.y`): keys from one row's start to the next's.
+    /// Every per-row region (outputs, level states, totals, block histograms and offsets,
+    /// candidate buffers) is laid out row after row at its own size; one array is row 0.
+    pub row_stride: u64,
+    /// Outputs from one row's start to the next's (at least `k`). Positions `k ..
+    /// out_stride` of each row get padding (the worst key of the order, index
+    /// [`NO_INDEX`]), written by level 0's count, so that a row padded to a sort's run
+    /// length sorts its `k` first.
+    pub out_stride: u64,
 }
 
 impl<K> RadixParams<K> {
+    /// The parameters of this block's row (`grid.y`): every pointer moved to the row's
+    /// region.
+    #[inline(always)]
+    fn of_this_row(mut self) -> Self {
+        let row = device::block_idx_y() as u64;
+        let blocks = self.blocks as u64;
+        self.data = self.data.offset(row * self.row_stride);
+        self.keys_out = self.keys_out.offset(row * self.out_stride);
+        self.indices_out = self.indices_out.offset(row * self.out_stride);
+        self.levels = self.levels.offset(row * LEVEL_SLOTS as u64);
+        self.totals = self.totals.offset(row * (LEVEL_SLOTS * BUCKETS) as u64);
+        self.cumulative = self.cumulative.offset(row * blocks * BUCKETS as u64);
+        self.better_offsets = self.better_offsets.offset(row * blocks);
+        self.tie_offsets = self.tie_offsets.offset(row * blocks);
+        self.buffer_keys = [
+            self.buffer_keys[0].offset(row * self.capacity),
+            self.buffer_keys[1].offset(row * self.capacity),
+        ];
+        self.buffer_indices = [
+            self.buffer_indices[0].offset(row * self.capacity),
+            self.buffer_indices[1].offset(row * self.capacity),
+        ];
+        self
+    }
+
     /// The candidate buffer of a [`source`] value (`BUFFER_0` or `BUFFER_1`). A branch, not
     /// an index: indexing the parameter arrays at run time would copy them to local memory.
     #[inline(always)]
@@ -463,7 +498,12 @@ unsafe fn publish_histogram<K: Key>(params: &RadixParams<K>, layout: &RadixPassL
 /// [`RADIX_THREADS`] threads, [`RadixPassLayout::bytes`] of shared memory,
 /// `grid.x = params.blocks`; the level states and totals cleared before level 0.
 pub unsafe fn count<K: Key>(params: RadixParams<K>) {
+    let params = params.of_this_row();
     let level_index = params.level;
+    let largest = Order::from_raw(params.order) == Order::Largest;
+    if level_index == 0 && params.out_stride > params.k {
+        unsafe { write_padding(&params, largest) };
+    }
     let level = if level_index == 0 {
         let first =
             RadixLevel { source: source::DATA, len: params.len, k_left: params.k, ..RadixLevel::default() };
@@ -477,7 +517,6 @@ pub unsafe fn count<K: Key>(params: RadixParams<K>) {
     if level.source == source::NONE || level.counted != 0 {
         return;
     }
-    let largest = Order::from_raw(params.order) == Order::Largest;
     let layout = RadixPassLayout::new();
     let histogram = unsafe { layout.histogram.bind() };
     unsafe { clear_histogram(&histogram) };
@@ -513,6 +552,7 @@ pub unsafe fn count<K: Key>(params: RadixParams<K>) {
 /// One block of [`RADIX_THREADS`] threads, [`RadixChooseLayout::bytes`] of shared memory;
 /// the count (or previous filter) of this level has run.
 pub unsafe fn choose<K: Key>(params: RadixParams<K>) {
+    let params = params.of_this_row();
     let level_index = params.level;
     let level = unsafe { params.levels.read(level_index as u64) };
     if level.source == source::NONE {
@@ -617,6 +657,7 @@ pub unsafe fn choose<K: Key>(params: RadixParams<K>) {
 /// # Safety
 /// As [`count`]; the choose kernel of this level has run.
 pub unsafe fn filter<K: Key>(params: RadixParams<K>) {
+    let params = params.of_this_row();
     let level_index = params.level;
     let level = unsafe { params.levels.read(level_index as u64) };
     if level.source == source::NONE {
@@ -738,6 +779,25 @@ pub unsafe fn filter<K: Key>(params: RadixParams<K>) {
     }
     if count_next {
         unsafe { publish_histogram(&params, &layout, level_index + 1) };
+    }
+}
+
+/// Writes the row's padding, outputs `k .. out_stride`, spread over the row's blocks: the
+/// worst key of the order (`-inf` or `MIN` for "largest"; NaN or `MAX` for "smallest", as
+/// NaN orders above `+inf`) with index [`NO_INDEX`]. A stable sort puts it after every
+/// selected key, even an equal one, since it stands after them.
+///
+/// # Safety
+/// The row's outputs hold `out_stride` entries.
+#[inline(always)]
+unsafe fn write_padding<K: Key>(params: &RadixParams<K>, largest: bool) {
+    let padding = if largest { K::LOWEST } else { K::from_ordered(<K::Bits as OrderedBits>::MAX) };
+    let step = params.blocks as u64 * RADIX_THREADS as u64;
+    let mut at =
+        params.k + device::block_idx_x() as u64 * RADIX_THREADS as u64 + device::thread_idx_x() as u64;
+    while at < params.out_stride {
+        unsafe { emit(params, at, padding, NO_INDEX) };
+        at += step;
     }
 }
 

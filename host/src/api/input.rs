@@ -83,8 +83,9 @@ impl<'a, K: SelectKey> Keys<'a, K> {
     }
 
     /// The caller's index of every key (as many as the keys, laid out alike): the results
-    /// report these instead of positions. For rows, an index equal to
-    /// [`PADDING_INDEX`](crate::PADDING_INDEX) marks a key that takes no part.
+    /// report these instead of positions. For rows with `k ≤ 2048`, an index equal to
+    /// [`PADDING_INDEX`](crate::PADDING_INDEX) marks a key that takes no part (beyond,
+    /// every key takes part and reports its index).
     pub fn with_indices(self, indices: impl Into<DeviceSlice<'a, u64>>) -> Self {
         Keys { indices: Some(indices.into()), ..self }
     }

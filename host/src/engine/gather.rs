@@ -20,11 +20,25 @@ impl Gpu {
         table: GlobalPtr<u64>,
         len: u64,
     ) -> Result<()> {
+        self.gather_row_indices(indices, table, len, 0, len)
+    }
+
+    /// The gather for rows of `row_len` positions at `indices`, `len` in all: row `r`'s
+    /// positions index `table` from `r · table_row_stride` on.
+    pub(crate) fn gather_row_indices(
+        &self,
+        indices: GlobalPtr<u64>,
+        table: GlobalPtr<u64>,
+        row_len: u64,
+        table_row_stride: u64,
+        len: u64,
+    ) -> Result<()> {
         if len == 0 {
             return Ok(());
         }
         let blocks = len.div_ceil(GATHER_THREADS as u64).min(MAX_GATHER_BLOCKS) as u32;
         let shape = LaunchShape { grid: (blocks, 1), block_threads: GATHER_THREADS, shared_bytes: 0 };
-        self.launch(GATHER_INDICES, shape, GatherIndicesParams { indices, table, len })
+        let params = GatherIndicesParams { indices, table, len, row_len: row_len.max(1), table_row_stride };
+        self.launch(GATHER_INDICES, shape, params)
     }
 }

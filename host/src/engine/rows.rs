@@ -12,8 +12,10 @@
 //!   are split over blocks, and the parts' sorted runs merged by co-ranking
 //!   ([`gpu_select_kernels::topk::rows_merge`]).
 //!
-//! Larger `k`: each row goes through [`Gpu::top_k_into`] (radix select or SampleSelect, no
-//! `k` limit), so no caller meets a queue ceiling.
+//! Larger `k` (no limit, so no caller meets a queue ceiling): dense rows take the batched
+//! radix select ([`RadixRowsPlan`]: every row's one-array radix selection in the same
+//! launches, a row per `grid.y`, then a sort of each row); ragged rows go one by one
+//! through the one-array top-k.
 
 use gpu_select_kernels::entry::KernelId;
 use gpu_select_kernels::params::GlobalPtr;
@@ -30,6 +32,7 @@ use gpu_select_kernels::topk::rows_warp_radix::{
 use gpu_select_kernels::warp::select::{MAX_QUEUE_K, queue_registers};
 
 use super::cost::Device;
+use super::radix::{DenseRows, RadixRowsPlan};
 use super::rows_cost::{self, RowsPlan, RowsShape};
 use crate::buffer::DeviceBuffer;
 use crate::error::{Error, Result};
@@ -258,8 +261,8 @@ impl Gpu {
     }
 
     /// Workspace bytes of [`Gpu::run_rows`]: the split's candidates when rows are split,
-    /// none for a kernel's pass a row, else the largest top-k workspace over the non-empty
-    /// rows.
+    /// none for a kernel's pass a row, the batched radix select's for dense rows beyond the
+    /// kernels' `k`, else the largest top-k workspace over the non-empty (ragged) rows.
     pub(crate) fn rows_workspace_bytes<K: SelectKey>(
         &self,
         spec: &RowsSpec,
@@ -273,6 +276,9 @@ impl Gpu {
                 1 => 0,
                 parts => candidates_bytes::<K>(shape.count * parts * k as u64),
             });
+        }
+        if shape.host_offsets.is_none() {
+            return Ok(self.radix_rows_plan(shape, k, size_of::<K>()).workspace_bytes(k, size_of::<K>()));
         }
         let options = TopKOptions::new(order);
         (0..shape.distinct())
@@ -325,8 +331,25 @@ impl Gpu {
                 self.block_select_rows(data, rows, k as u32, order, (warp_per_row, parts), workspace, out)
             }
             Some(plan) => self.radix_select_rows(data, rows, k as u32, order, plan.parts(), workspace, out),
+            None if rows.host_offsets.is_none() => {
+                let plan = self.radix_rows_plan(rows, k, size_of::<K>());
+                let dense = DenseRows {
+                    count: rows.count,
+                    cols: rows.cols,
+                    stride: rows.stride,
+                    indices: rows.indices,
+                };
+                self.run_radix_rows(data, dense, k, order, &plan, workspace.global_ptr().address(), out)
+            }
             None => self.top_k_each_row(data, rows, k, order, workspace, out),
         }
+    }
+
+    /// The batched radix select's plan for dense `rows` and `k` beyond the rows kernels.
+    fn radix_rows_plan(&self, rows: Rows, k: usize, key_bytes: usize) -> RadixRowsPlan {
+        let (multiprocessors, budget) =
+            (self.cost_device().multiprocessors, self.tuning().rows_large_k_workspace_bytes);
+        RadixRowsPlan::new(rows.count, rows.cols, k as u64, key_bytes, multiprocessors, budget)
     }
 
     /// How `algorithm` runs `k` on `rows` (the kernel [`resolve`] takes, laid out by
@@ -444,7 +467,8 @@ impl Gpu {
         self.launch(kernel.id, shape, params)
     }
 
-    /// `k` beyond the queues: a top-k per row (any `k`), padded where a row is shorter.
+    /// Ragged rows with `k` beyond the queues: a top-k per row (any `k`), padded where a
+    /// row is shorter.
     fn top_k_each_row<K: SelectKey>(
         &self,
         data: &DeviceBuffer<K>,

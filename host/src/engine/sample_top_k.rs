@@ -65,7 +65,7 @@ impl Gpu {
             // The samples kept missing: radix select needs none, and always finishes. Its
             // workspace is allocated here (this path is rare).
             let radix = RadixPlan::new(data.len() as u64, self.limits().multiprocessors, plan.sort_output);
-            let bytes = RadixWorkspace::new(&radix, k, size_of::<K>()).bytes;
+            let bytes = RadixWorkspace::new(&radix, 1, k, size_of::<K>()).bytes;
             let workspace = self.alloc_uninit::<u8>(bytes)?;
             return self.run_radix(data, k, order, &radix, workspace.global_ptr().address(), out);
         }

@@ -54,8 +54,29 @@ impl Gpu {
         len: u64,
         order: Order,
     ) -> Result<()> {
+        self.launch_sort_pairs_in_segments(input, scratch, out, len, len, order)
+    }
+
+    /// [`Gpu::launch_sort_pairs`] of each segment of `segment_len` pairs on its own: one
+    /// segment (`segment_len == len`, any length), or segments of a power of two times
+    /// 2048 pairs (`len` a multiple of them), whose merge passes never cross a segment.
+    pub(crate) fn launch_sort_pairs_in_segments<K: SelectKey>(
+        &self,
+        input: Pairs<K>,
+        scratch: Pairs<K>,
+        out: Pairs<K>,
+        len: u64,
+        segment_len: u64,
+        order: Order,
+    ) -> Result<()> {
         let run = MAX_SMALL_SORT_LEN as u64;
-        let merge_passes = len.div_ceil(run).next_power_of_two().trailing_zeros();
+        debug_assert!(
+            segment_len == len
+                || (len.is_multiple_of(segment_len)
+                    && segment_len.is_multiple_of(run)
+                    && (segment_len / run).is_power_of_two())
+        );
+        let merge_passes = segment_len.div_ceil(run).next_power_of_two().trailing_zeros();
         // The last merge must write `out`: with an even number of merges the runs start
         // there (out → input → out …), with an odd one in `scratch` (scratch → out → …).
         let (mut from, mut to) = if merge_passes.is_multiple_of(2) { (out, input) } else { (scratch, out) };

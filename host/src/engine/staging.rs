@@ -39,6 +39,13 @@ impl OutputStaging {
     }
 }
 
+impl OutputStaging {
+    /// The sort's scratch, with the workspace at `base`.
+    pub(crate) fn scratch<K>(&self, base: u64) -> Pairs<K> {
+        Pairs::at(base + self.keys[1] as u64, base + self.indices[1] as u64)
+    }
+}
+
 impl Gpu {
     /// Sorts the `k` staged outputs into `out` (nothing when unsorted). The sort is stable
     /// and the selections emit equal keys in index order, so ties stay lowest index first.
@@ -56,7 +63,7 @@ impl Gpu {
         let at = |offset: usize| base + offset as u64;
         self.launch_sort_pairs(
             Pairs::<K>::at(at(staging.keys[0]), at(staging.indices[0])),
-            Pairs::at(at(staging.keys[1]), at(staging.indices[1])),
+            staging.scratch(base),
             Pairs::at(out.values.global_ptr().address(), out.indices.global_ptr().address()),
             k as u64,
             order,

@@ -237,7 +237,7 @@ impl Plan {
             Plan::Bitonic(plan) => BitonicWorkspace::new(plan, k as u32, key_bytes).bytes,
             Plan::BlockSort => BlockSortWorkspace::new(n, key_bytes).bytes,
             Plan::Heap(plan) => HeapWorkspace::new(plan, k as u32, key_bytes).bytes,
-            Plan::Radix(plan) => RadixWorkspace::new(plan, k, key_bytes).bytes,
+            Plan::Radix(plan) => RadixWorkspace::new(plan, 1, k, key_bytes).bytes,
             Plan::Sample(plan) => SampleTopKWorkspace::new(plan, n, k, key_bytes).bytes,
             Plan::SortChoose(plan) => SortChooseWorkspace::new(plan, n, key_bytes).bytes,
             Plan::Sbp(plan) => SbpWorkspace::new(plan, key_bytes).bytes,
