@@ -9,11 +9,11 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput};
-use gpu_select::diagnostics::{knn_distances, queue_read_pass, read_pass};
+use gpu_select::diagnostics::{knn_distances, knn_unproven, queue_read_pass, read_pass};
 use gpu_select::{
-    Algorithm, BackendKind, DeviceBuffer, Gpu, InputFilter, KeyTransform, Keys, Metric, MultiselectAlgorithm,
-    Order, QuantileOptions, RowsKernelFamily, SampleSelectPolicy, SelectAlgorithm, SelectKey, SelectOptions,
-    TopK, TopKOptions, TopKOut, TopKPlan, Tuning, Vectors,
+    Algorithm, BackendKind, DeviceBuffer, Gpu, InputFilter, KeyTransform, Keys, KnnPrecision, Metric,
+    MultiselectAlgorithm, Order, QuantileOptions, RowsKernelFamily, SampleSelectPolicy, SelectAlgorithm,
+    SelectKey, SelectOptions, TopK, TopKOptions, TopKOut, TopKPlan, Tuning, Vectors,
 };
 
 /// One measured case of the summary.
@@ -567,19 +567,42 @@ fn bench_knn(gpu: &Gpu, cases: &mut Vec<Case>) {
         println!("knn: {name}: {ms:.3} ms");
         cases.push(knn_case(name, count * base_count, base.bytes(), ms));
     }
+    // The tensor cores: TF32 or split-TF32 tiles, each query's candidates re-ranked in f32
+    // (the same neighbours as above up to ties), with how many queries the proof sent back
+    // to f32.
+    let with_precision = |precision| {
+        let index = gpu.flat_index(Vectors::new(&base, base_count, dim).unwrap(), Metric::L2).unwrap();
+        index.with_precision(precision).unwrap()
+    };
+    let (index_tf32, index_tf32x3) =
+        (with_precision(KnnPrecision::Tf32Reranked), with_precision(KnnPrecision::Tf32x3Reranked));
+    for (tensor_index, label) in [(&index_tf32, "tf32"), (&index_tf32x3, "split tf32")] {
+        for k in [1, 10, 100, 1000] {
+            let part = Vectors::new(&queries, query_count, dim).unwrap();
+            let unproven = knn_unproven(tensor_index, &part, k).unwrap();
+            let ms = median_of(Box::new(|| {
+                tensor_index.search(Vectors::new(&queries, query_count, dim)?, k).map(|_| ())
+            }));
+            let name = format!("L2 {query_count} queries x 1e6 x 128 k={k} {label} reranked");
+            println!("knn: {name}: {ms:.3} ms ({unproven} queries searched again in f32)");
+            cases.push(knn_case(name, query_count * base_count, base.bytes(), ms));
+        }
+    }
     let tile_queries = 1024;
     let mut out = gpu.alloc_zeroed::<f32>(tile_queries * base_count).unwrap();
     let part = queries.slice(..tile_queries * dim);
     let part = Vectors::new(&part, tile_queries, dim).unwrap();
-    let ms = median_of(Box::new(|| knn_distances(&index, &part, &mut out)));
-    let flops = 2.0 * (tile_queries * base_count * dim) as f64;
-    println!(
-        "knn: distance tiles alone, 1024 x 1e6 x 128: {ms:.3} ms, {:.1} TFLOP/s, {:.0} GB/s written",
-        flops / ms / 1e9,
-        out.bytes() as f64 / ms / 1e6
-    );
-    let name = format!("distance tiles 1024 x 1e6 x 128 ({:.1} TFLOP/s)", flops / ms / 1e9);
-    cases.push(knn_case(name, tile_queries * base_count, out.bytes(), ms));
+    for (index, label) in [(&index, ""), (&index_tf32, " tf32"), (&index_tf32x3, " split tf32")] {
+        let ms = median_of(Box::new(|| knn_distances(index, &part, &mut out)));
+        let flops = 2.0 * (tile_queries * base_count * dim) as f64;
+        println!(
+            "knn: distance tiles{label} alone, 1024 x 1e6 x 128: {ms:.3} ms, {:.1} TFLOP/s, {:.0} GB/s written",
+            flops / ms / 1e9,
+            out.bytes() as f64 / ms / 1e6
+        );
+        let name = format!("distance tiles{label} 1024 x 1e6 x 128 ({:.1} TFLOP/s)", flops / ms / 1e9);
+        cases.push(knn_case(name, tile_queries * base_count, out.bytes(), ms));
+    }
 }
 
 /// Several GPUs (section `multi-gpu`, not in the default set): exact k-NN of SIFT1M's

@@ -8,8 +8,8 @@ mod common;
 
 use common::{gpu, on_emulator, several_handles};
 use gpu_select::{
-    DeviceBuffer, Error, FlatIndex, Gpu, Metric, MultiGpuIndex, Neighbours, Placement, TopK, TopKOut, Tuning,
-    VectorComponent, Vectors,
+    DeviceBuffer, Error, FlatIndex, Gpu, KnnPrecision, Metric, MultiGpuIndex, Neighbours, Placement, TopK,
+    TopKOut, Tuning, VectorComponent, Vectors,
 };
 use gpu_select_kernels::knn::{Bf16Bits, Component, F16Bits};
 use half::{bf16, f16};
@@ -129,6 +129,165 @@ fn clustered_vectors(rng: &mut StdRng, count: usize, dim: usize, centres: usize)
         out.extend((0..dim).map(|j| centre_values[c * dim + j] * 4.0 + (rng.random::<f32>() - 0.5) * 0.1));
     }
     out
+}
+
+/// A search of `index` made with TF32 tiles and exact re-ranking, through the plan form
+/// (so that `search_into` proves and re-searches as `search` does).
+fn search_tf32<T: VectorComponent>(
+    gpu: &Gpu,
+    (index, precision): (FlatIndex<'_, T>, KnnPrecision),
+    queries: &[T],
+    dim: usize,
+    k: usize,
+) -> (Vec<f32>, Vec<u64>) {
+    let index = index.with_precision(precision).unwrap();
+    let count = queries.len() / dim;
+    let plan = index.plan_search(count, k).unwrap();
+    let mut out = TopK {
+        values: gpu.alloc_zeroed::<f32>(plan.outputs()).unwrap(),
+        indices: gpu.alloc_zeroed::<u64>(plan.outputs()).unwrap(),
+    };
+    let mut workspace = gpu.alloc_zeroed::<u8>(plan.workspace_bytes()).unwrap();
+    let queries = gpu.upload(queries).unwrap();
+    index.search_into(&plan, Vectors::new(&queries, count, dim).unwrap(), &mut out, &mut workspace).unwrap();
+    (gpu.download(&out.values).unwrap(), gpu.download(&out.indices).unwrap())
+}
+
+/// The tensor-core paths (TF32 or split-TF32 tiles, each query's candidates re-ranked in
+/// f32): against the brute force, and the same neighbours as the f32 search, for every
+/// metric, random queries against clustered vectors with exact duplicates, shapes at the
+/// tiles' edges, `k` from 1 to the whole base (every vector a candidate), and 16-bit
+/// storage.
+#[test]
+fn tensor_cores_with_exact_reranking_match_the_f32_search() {
+    let gpu = gpu();
+    let mut rng = StdRng::seed_from_u64(91);
+    let mut shapes = vec![(3, 5, 3), (127, 129, 8), (129, 300, 33), (40, 700, 24)];
+    if !on_emulator(&gpu) {
+        shapes.push((1000, 10_000, 128));
+    }
+    for (queries_count, base_count, dim) in shapes {
+        let queries = random_vectors(&mut rng, queries_count, dim);
+        let base = clustered_vectors(&mut rng, base_count, dim, 8);
+        let device_base = gpu.upload(&base).unwrap();
+        for metric in [Metric::L2, Metric::InnerProduct, Metric::Cosine] {
+            let ks = [1, 10.min(base_count), 100.min(base_count), base_count];
+            let precisions = [KnnPrecision::Tf32Reranked, KnnPrecision::Tf32x3Reranked];
+            for (k, precision) in ks.into_iter().flat_map(|k| precisions.map(|precision| (k, precision))) {
+                let index =
+                    gpu.flat_index(Vectors::new(&device_base, base_count, dim).unwrap(), metric).unwrap();
+                let found = search_tf32(&gpu, (index, precision), &queries, dim, k);
+                check(&queries, &base, dim, k, metric, false, (&found.0, &found.1));
+                let f32_search = search(&gpu, &queries, &base, dim, k, metric);
+                let first_difference = found.1.iter().zip(&f32_search.1).position(|(a, b)| a != b);
+                assert!(
+                    first_difference.is_none(),
+                    "{queries_count}×{base_count}×{dim} {metric:?} k={k} {precision:?}: at {first_difference:?} {:?} \
+                     against {:?}",
+                    first_difference.map(|i| (found.1[i], found.0[i])),
+                    first_difference.map(|i| (f32_search.1[i], f32_search.0[i])),
+                );
+            }
+        }
+    }
+    // 16-bit storage: exact in TF32, so only the sums round.
+    let (dim, base_count) = (24, 500);
+    let base: Vec<f32> =
+        clustered_vectors(&mut rng, base_count, dim, 6).iter().map(|&v| (v * 8.0).round() / 8.0).collect();
+    let queries: Vec<f32> =
+        random_vectors(&mut rng, 30, dim).iter().map(|&v| (v * 8.0).round() / 8.0).collect();
+    let want = search(&gpu, &queries, &base, dim, 20, Metric::L2);
+    let halves: Vec<f16> = base.iter().map(|&v| f16::from_f32(v)).collect();
+    let index = gpu.upload_flat_index(&halves, dim, Metric::L2).unwrap();
+    let query_halves: Vec<f16> = queries.iter().map(|&v| f16::from_f32(v)).collect();
+    assert_eq!(
+        search_tf32(&gpu, (index, KnnPrecision::Tf32Reranked), &query_halves, dim, 20).1,
+        want.1,
+        "f16"
+    );
+    let brains: Vec<bf16> = base.iter().map(|&v| bf16::from_f32(v)).collect();
+    let index = gpu.upload_flat_index(&brains, dim, Metric::L2).unwrap();
+    let query_brains: Vec<bf16> = queries.iter().map(|&v| bf16::from_f32(v)).collect();
+    let tensor = (index, KnnPrecision::Tf32x3Reranked);
+    assert_eq!(search_tf32(&gpu, tensor, &query_brains, dim, 20).1, want.1, "bf16");
+}
+
+/// Where TF32 cannot tell the base vectors apart (values 1 + j · 2^-20, all 1.0 in TF32), its
+/// candidates are the first ones by index, not the nearest: no query can be proven, and each
+/// is searched again in f32, which finds the true nearest. Split TF32 holds these values
+/// exactly (1 and a remainder) and finds them as well, proven or not.
+#[test]
+fn tensor_cores_fall_back_to_f32_where_they_cannot_prove() {
+    let gpu = gpu();
+    let base: Vec<f32> = (0..2000).map(|j| 1.0 + j as f32 * (1.0 / 1_048_576.0)).collect();
+    let queries = [1.0f32, 2.0, 1.5];
+    let want = search(&gpu, &queries, &base, 1, 5, Metric::InnerProduct);
+    assert_eq!(&want.1[..5], &[1999, 1998, 1997, 1996, 1995]);
+    for precision in [KnnPrecision::Tf32Reranked, KnnPrecision::Tf32x3Reranked] {
+        let index = gpu.upload_flat_index(&base, 1, Metric::InnerProduct).unwrap();
+        assert_eq!(search_tf32(&gpu, (index, precision), &queries, 1, 5), want, "{precision:?}");
+    }
+    let index = gpu.upload_flat_index(&base, 1, Metric::InnerProduct).unwrap();
+    let index = index.with_precision(KnnPrecision::Tf32Reranked).unwrap();
+    let device_queries = gpu.upload(&queries).unwrap();
+    let queries = Vectors::new(&device_queries, 3, 1).unwrap();
+    assert_eq!(gpu_select::diagnostics::knn_unproven(&index, &queries, 5).unwrap(), 3, "TF32 proves none");
+}
+
+/// Every TF32 and split-TF32 tile distance lies within `KnnPrecision::error_bound` of the f32
+/// tile's for the same pair (the inequality the proofs rest on), on SIFT-like vectors
+/// (components 0 … 128: norms large against the distances) and centred ones, every metric.
+/// On a GPU this checks the tensor cores' own sums.
+#[test]
+fn tensor_tiles_stay_within_the_error_bound() {
+    let gpu = gpu();
+    let mut rng = StdRng::seed_from_u64(17);
+    let (queries_count, base_count, dim) =
+        if on_emulator(&gpu) { (40, 300, 128) } else { (500, 20_000, 128) };
+    for offset in [64.0f32, 0.0] {
+        let shifted = |v: Vec<f32>| v.into_iter().map(|x| x * 16.0 + offset).collect::<Vec<f32>>();
+        let base = shifted(clustered_vectors(&mut rng, base_count, dim, 50));
+        let queries = shifted(random_vectors(&mut rng, queries_count, dim));
+        let norm = |v: &[f32]| v.iter().map(|&a| a as f64 * a as f64).sum::<f64>() as f32;
+        let base_norm_max = (0..base_count).map(|j| norm(&base[j * dim..(j + 1) * dim])).fold(0.0, f32::max);
+        let (device_base, device_queries) = (gpu.upload(&base).unwrap(), gpu.upload(&queries).unwrap());
+        let query_set = Vectors::new(&device_queries, queries_count, dim).unwrap();
+        for metric in [Metric::L2, Metric::InnerProduct, Metric::Cosine] {
+            let tiles = |precision| {
+                let index =
+                    gpu.flat_index(Vectors::new(&device_base, base_count, dim).unwrap(), metric).unwrap();
+                let index = index.with_precision(precision).unwrap();
+                let mut out = gpu.alloc_zeroed::<f32>(queries_count * base_count).unwrap();
+                gpu_select::diagnostics::knn_distances(&index, &query_set, &mut out).unwrap();
+                gpu.download(&out).unwrap()
+            };
+            let exact = tiles(KnnPrecision::F32);
+            for precision in [KnnPrecision::Tf32Reranked, KnnPrecision::Tf32x3Reranked] {
+                let approximate = tiles(precision);
+                let mut worst = 0.0f64;
+                for q in 0..queries_count {
+                    // The bound of the norms as the library computes them, a hair wider.
+                    let query_norm = norm(&queries[q * dim..(q + 1) * dim]) * (1.0 + 1e-6);
+                    let bound =
+                        precision.error_bound(metric, dim, false, query_norm, base_norm_max * (1.0 + 1e-6));
+                    for j in 0..base_count {
+                        let at = q * base_count + j;
+                        let gap = (approximate[at] as f64 - exact[at] as f64).abs();
+                        assert!(
+                            gap <= bound,
+                            "{precision:?} {metric:?} offset {offset}: query {q}, vector {j}: {} against {} (bound {bound})",
+                            approximate[at],
+                            exact[at]
+                        );
+                        worst = worst.max(gap / bound);
+                    }
+                }
+                eprintln!(
+                    "{precision:?} {metric:?} offset {offset}: the largest gap is {worst:.4} of the bound"
+                );
+            }
+        }
+    }
 }
 
 #[test]

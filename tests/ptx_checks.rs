@@ -77,6 +77,9 @@ fn every_table_kernel_is_exported_with_the_host_parameter_size() {
                 _ if name.starts_with("knn_distance_tile_") => {
                     size_of::<gpu_select_kernels::knn::tile::DistanceTileParams<f32>>()
                 }
+                _ if name.starts_with("knn_rerank_") => {
+                    size_of::<gpu_select_kernels::knn::tensor::RerankParams<f32>>()
+                }
                 "knn_place" => size_of::<gpu_select_kernels::knn::place::PlaceParams>(),
                 _ => panic!("{name}: add its parameter struct to this test"),
             };
@@ -167,6 +170,16 @@ fn the_intended_instructions_are_emitted() {
         for instruction in ["ld.shared.v4", "fma.rn.f32", "bar.sync"] {
             assert!(tile.contains(instruction), "knn_distance_tile_{storage} lacks {instruction}");
         }
+    }
+    // The tensor-core tile: TF32 rounding as it stages, 16 warp products a step.
+    for kernel in ["tf32_f32", "tf32_f16", "tf32_bf16", "tf32x3_f32"] {
+        let tile = entry_body(ptx, &format!("knn_distance_tile_{kernel}"));
+        for instruction in
+            ["cvt.rna.tf32.f32", "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", "bar.sync"]
+        {
+            assert!(tile.contains(instruction), "knn_distance_tile_{kernel} lacks {instruction}");
+        }
+        assert!(!tile.contains(".local"), "knn_distance_tile_{kernel} keeps an array in local memory");
     }
     let read = entry_body(ptx, "read_floor_u32");
     assert!(read.contains("ld.global.v4") || read.contains("ld.v4"), "the read pass uses 16-byte loads");

@@ -15,9 +15,9 @@ for step in "${steps[@]}"; do
   started=$(date +%s)
   echo "=== $step"
   case "$step" in
-    tests) unpack test-knn; timeout 60 /tmp/test-knn --test-threads=2 2>&1 | grep -E "^test |result|panicked|left|right|run on" || status=1 ;;
+    tests) unpack test-knn; timeout ${TEST_SECONDS:-60} /tmp/test-knn --test-threads=${TEST_THREADS:-2} 2>&1 | grep -E "^test |result|panicked|left|right|run on" || status=1 ;;
     bench) unpack bench-selection
-      GPU_SELECT_BENCH_SECTIONS=knn GPU_SELECT_RESULTS_DIR=${OUT:-/tmp}/bench timeout 90 \
+      GPU_SELECT_BENCH_SECTIONS=knn GPU_SELECT_RESULTS_DIR=${OUT:-/tmp}/bench timeout 150 \
         /tmp/bench-selection --bench 2>&1 | grep -E "^knn|benchmarking|panicked" || status=1 ;;
     torch) PYTHONUNBUFFERED=1 timeout 60 python3 docs/results/knn_torch.py 2>&1 | tail -14 || status=1 ;;
     stress) unpack test-robustness

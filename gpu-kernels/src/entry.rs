@@ -13,6 +13,10 @@ use crate::gather::{GatherIndicesParams, gather_indices};
 use crate::key::Key;
 use crate::knn::norms::{NormsParams, squared_norms_bf16, squared_norms_f16, squared_norms_f32};
 use crate::knn::place::{PlaceParams, place_neighbours};
+use crate::knn::tensor::{
+    RerankParams, distance_tile_tf32_bf16, distance_tile_tf32_f16, distance_tile_tf32_f32,
+    distance_tile_tf32x3_f32, rerank_bf16, rerank_f16, rerank_f32,
+};
 use crate::knn::tile::{DistanceTileParams, distance_tile_bf16, distance_tile_f16, distance_tile_f32};
 use crate::knn::{Bf16Bits, F16Bits};
 use crate::merge::{MergeParams, merge_runs};
@@ -237,6 +241,21 @@ crate::__kernel_table! {
         KNN_DISTANCE_TILE_F16 = knn_distance_tile_f16(DistanceTileParams<F16Bits>) => distance_tile_f16;
         /// k-NN: a tile of distances of bfloat16 vectors.
         KNN_DISTANCE_TILE_BF16 = knn_distance_tile_bf16(DistanceTileParams<Bf16Bits>) => distance_tile_bf16;
+        /// k-NN: a tile of approximate distances of `f32` vectors on the tensor cores (TF32).
+        KNN_DISTANCE_TILE_TF32_F32 = knn_distance_tile_tf32_f32(DistanceTileParams<f32>) => distance_tile_tf32_f32;
+        /// k-NN: a tile of approximate distances of binary16 vectors on the tensor cores.
+        KNN_DISTANCE_TILE_TF32_F16 = knn_distance_tile_tf32_f16(DistanceTileParams<F16Bits>) => distance_tile_tf32_f16;
+        /// k-NN: a tile of approximate distances of bfloat16 vectors on the tensor cores.
+        KNN_DISTANCE_TILE_TF32_BF16 = knn_distance_tile_tf32_bf16(DistanceTileParams<Bf16Bits>) => distance_tile_tf32_bf16;
+        /// k-NN: a tile of approximate distances of `f32` vectors on the tensor cores, split
+        /// TF32 (three products per pair).
+        KNN_DISTANCE_TILE_TF32X3_F32 = knn_distance_tile_tf32x3_f32(DistanceTileParams<f32>) => distance_tile_tf32x3_f32;
+        /// k-NN: the candidates' exact `f32` distances, `f32` vectors.
+        KNN_RERANK_F32 = knn_rerank_f32(RerankParams<f32>) => rerank_f32;
+        /// k-NN: the candidates' exact `f32` distances, binary16 vectors.
+        KNN_RERANK_F16 = knn_rerank_f16(RerankParams<F16Bits>) => rerank_f16;
+        /// k-NN: the candidates' exact `f32` distances, bfloat16 vectors.
+        KNN_RERANK_BF16 = knn_rerank_bf16(RerankParams<Bf16Bits>) => rerank_bf16;
         /// k-NN: neighbours moved into their rows (offsets, signs, a graph's own index).
         KNN_PLACE = knn_place(PlaceParams) => place_neighbours;
         /// Probe of thread, block and grid indices.

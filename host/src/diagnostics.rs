@@ -110,3 +110,28 @@ pub fn knn_distances<T: VectorComponent>(
 ) -> Result<()> {
     index.queue_distances(queries, out)
 }
+
+/// How many of `queries` a TF32 search of `index` for their `k` nearest
+/// ([`KnnPrecision::Tf32Reranked`](crate::KnnPrecision::Tf32Reranked)) cannot prove from
+/// its candidates, and so searches again in `f32`; 0 for an `f32` index. Runs the search
+/// (without the second one) and waits for it.
+///
+/// ```
+/// use gpu_select::{Gpu, KnnPrecision, Metric, Vectors, diagnostics};
+///
+/// let gpu = Gpu::emulator();
+/// // Values TF32 cannot tell apart (1 + j · 2^-20 all round to 1.0).
+/// let base: Vec<f32> = (0..100).map(|j| 1.0 + j as f32 / 1_048_576.0).collect();
+/// let index = gpu.upload_flat_index(&base, 1, Metric::InnerProduct)?;
+/// let index = index.with_precision(KnnPrecision::Tf32Reranked)?;
+/// let queries = gpu.upload(&[1.0f32, 3.0])?;
+/// assert_eq!(diagnostics::knn_unproven(&index, &Vectors::new(&queries, 2, 1)?, 5)?, 2);
+/// # Ok::<(), gpu_select::Error>(())
+/// ```
+pub fn knn_unproven<T: VectorComponent>(
+    index: &FlatIndex<'_, T>,
+    queries: &Vectors<'_, T>,
+    k: usize,
+) -> Result<usize> {
+    index.unproven_queries(queries, k)
+}

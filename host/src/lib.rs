@@ -13,7 +13,7 @@
 //! | the key of rank `k`, exact or approximate | [`Gpu::select`] | [`Gpu::plan_select`] | [`Gpu::select_into`] | [`Gpu::select_host`] |
 //! | the keys of many ranks; numpy's quantiles | [`Gpu::multiselect`], [`Gpu::quantiles`], [`Gpu::quantiles_rows`] | | | [`Gpu::multiselect_host`], [`Gpu::quantiles_host`] |
 //! | many ranks or quantiles of keys spread over processes (DIBMS) | [`distributed::Distributed`] | | | |
-//! | the `k` nearest vectors of each query (exact; L2, inner product, cosine; `f32`, `f16` or `bf16` vectors), a k-NN graph | [`Gpu::knn`], [`FlatIndex::search`], [`FlatIndex::knn_graph`] | [`Gpu::flat_index`], [`Gpu::upload_flat_index`] (the base's norms once), [`FlatIndex::plan_search`] | [`FlatIndex::search_into`] | [`FlatIndex::search_host`] |
+//! | the `k` nearest vectors of each query (exact; L2, inner product, cosine; `f32`, `f16` or `bf16` vectors; on the tensor cores with exact re-ranking, [`FlatIndex::with_precision`]), a k-NN graph | [`Gpu::knn`], [`FlatIndex::search`], [`FlatIndex::knn_graph`] | [`Gpu::flat_index`], [`Gpu::upload_flat_index`] (the base's norms once), [`FlatIndex::plan_search`] | [`FlatIndex::search_into`] | [`FlatIndex::search_host`] |
 //! | the same over several GPUs, the base sharded or replicated | [`MultiGpuIndex::search`] | [`MultiGpuIndex::new`] | | [`MultiGpuIndex::search_host`] |
 //! | sorting segments of up to 2048 keys | [`Gpu::sort_segments`] | | [`Gpu::sort_segments_into`] | [`Gpu::sort_small`] |
 //!
@@ -61,6 +61,7 @@ pub use api::{
     FlatIndex, Keys, MultiGpuIndex, Placement, SearchPlan, SelectPlan, TopKPlan, VectorComponent, Vectors,
 };
 pub use buffer::{DeviceBuffer, DeviceValue};
+pub use engine::knn::KnnPrecision;
 pub use error::{DriverError, Error, Result};
 pub use gpu::{BACKEND_ENV, BackendKind, DeviceLimits, Gpu};
 pub use gpu_select_kernels::knn::Metric;

@@ -69,6 +69,11 @@ pub struct Tuning {
     /// `knn_tile_bytes` shared out. Not yet measured, so 1 stays the default until a
     /// benchmark shows the gain.
     pub knn_streams: usize,
+    /// k-NN with [`KnnPrecision::Tf32Reranked`](crate::KnnPrecision::Tf32Reranked): the
+    /// candidates re-ranked per query beyond the `k` asked for, as a percentage of `k` (at
+    /// least 32 more; 100: twice `k` and 32 at least). More candidates prove more queries
+    /// (the last candidate lies farther from the `k`-th) at the cost of a wider selection.
+    pub knn_rerank_extra_percent: u32,
     /// SBP top-k: the cutoff of a pass (the most candidates a tile keeps) is `k` plus this
     /// percentage of `k`, rounded up to a power of two (50). A larger cutoff lets a tile
     /// keep whole buckets sooner (fewer narrowing passes over its tile) but makes the next
@@ -105,6 +110,7 @@ impl Default for Tuning {
             multiselect_labels: 8192,
             knn_tile_bytes: 512 << 20,
             knn_streams: 1,
+            knn_rerank_extra_percent: 100,
             sbp_cutoff_slack_percent: 50,
             sbp_min_cutoff: 32,
             sbp_tree_spread: 2,

@@ -476,3 +476,27 @@ pub fn f32_to_f16(value: f32) -> u16 {
 pub fn f32_to_bf16(value: f32) -> u16 {
     backend::f32_to_bf16(value)
 }
+
+/// `value` rounded to TF32 (10 mantissa bits, `f32`'s exponent), to nearest with ties away
+/// from zero, as the bits of an `f32` whose low 13 bits are zero (`cvt.rna.tf32.f32`; the
+/// same integer rounding in the emulator). Infinities and NaN stay. *Any thread.*
+#[inline(always)]
+pub fn f32_to_tf32(value: f32) -> u32 {
+    backend::f32_to_tf32(value)
+}
+
+/// `D = A · B + C` of one warp on the tensor cores (`mma.sync.aligned.m16n8k8.row.col`,
+/// TF32 inputs, `f32` accumulation): A is 16 × 8, B 8 × 8, C and D 16 × 8, each spread over
+/// the warp's registers in PTX ISA's fragment layouts — lane `4g + t` holds `a = [A(g, t),
+/// A(g + 8, t), A(g, t + 4), A(g + 8, t + 4)]`, `b = [B(t, g), B(t + 4, g)]` and `c = [C(g,
+/// 2t), C(g, 2t + 1), C(g + 8, 2t), C(g + 8, 2t + 1)]`, and gets D's entries in C's places.
+/// The inputs are TF32 bits ([`f32_to_tf32`]). The order and precision of the sum's additions
+/// are the hardware's (NVIDIA documents `f32` accumulation, not its order); the emulator
+/// sums in `f64` and rounds once.
+///
+/// # Safety
+/// *Warp-wide*: all 32 lanes call it together, from uniform control flow.
+#[inline(always)]
+pub unsafe fn mma_tf32_m16n8k8(a: [u32; 4], b: [u32; 2], c: [f32; 4]) -> [f32; 4] {
+    unsafe { backend::mma_tf32_m16n8k8(a, b, c) }
+}

@@ -213,3 +213,37 @@ pub fn f32_to_bf16(value: f32) -> u16 {
     };
     bits
 }
+#[inline(always)]
+pub fn f32_to_tf32(value: f32) -> u32 {
+    let bits: u32;
+    unsafe {
+        asm!("cvt.rna.tf32.f32 {bits}, {value};", bits = out(reg32) bits, value = in(reg32) value, options(pure, nomem, nostack))
+    };
+    bits
+}
+// Inline assembly, not an intrinsic: LLVM's `llvm.nvvm.mma.*` return a struct, which Rust's
+// `extern "C"` cannot declare. Not `pure`: LLVM must not move it across the caller's
+// control flow (design.md §2), and every lane of the warp must reach it together.
+#[inline(always)]
+pub unsafe fn mma_tf32_m16n8k8(a: [u32; 4], b: [u32; 2], c: [f32; 4]) -> [f32; 4] {
+    let d: [f32; 4];
+    let (mut d0, mut d1, mut d2, mut d3) = (c[0], c[1], c[2], c[3]);
+    unsafe {
+        asm!(
+            "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {{{d0}, {d1}, {d2}, {d3}}}, {{{a0}, {a1}, {a2}, {a3}}}, {{{b0}, {b1}}}, {{{d0}, {d1}, {d2}, {d3}}};",
+            d0 = inout(reg32) d0,
+            d1 = inout(reg32) d1,
+            d2 = inout(reg32) d2,
+            d3 = inout(reg32) d3,
+            a0 = in(reg32) a[0],
+            a1 = in(reg32) a[1],
+            a2 = in(reg32) a[2],
+            a3 = in(reg32) a[3],
+            b0 = in(reg32) b[0],
+            b1 = in(reg32) b[1],
+            options(nostack)
+        );
+    }
+    d = [d0, d1, d2, d3];
+    d
+}

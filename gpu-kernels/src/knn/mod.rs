@@ -31,6 +31,7 @@
 
 pub mod norms;
 pub mod place;
+pub mod tensor;
 pub mod tile;
 
 /// A stored vector component, widened to `f32` where a kernel reads it. Each widening is

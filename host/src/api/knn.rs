@@ -7,7 +7,7 @@ use gpu_select_kernels::knn::Metric;
 use std::marker::PhantomData;
 
 use crate::buffer::DeviceBuffer;
-use crate::engine::knn::{KnnPlan, KnnRun, KnnStorage, VectorSet, share};
+use crate::engine::knn::{KnnPlan, KnnPrecision, KnnRun, KnnStorage, VectorSet, share};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::results::{Neighbours, TopK, TopKOut};
@@ -164,8 +164,12 @@ pub struct FlatIndex<'a, T: VectorComponent = f32> {
     base: VectorSet<T>,
     dim: usize,
     metric: Metric,
-    /// The base's squared norms (one value, unused, for the inner product).
+    /// The base's squared norms (one value, unused, for the inner product in `f32`).
     norms: DeviceBuffer<f32>,
+    /// How searches compute distances ([`FlatIndex::with_precision`]).
+    precision: KnnPrecision,
+    /// The largest of `norms` (TF32 searches' error bound); 0 until a TF32 precision is set.
+    base_norm_max: f32,
     /// The base, when the index holds it ([`Gpu::upload_flat_index`]).
     _owned: Option<DeviceBuffer<T>>,
     /// The caller's base, borrowed for as long as the index lives.
@@ -191,6 +195,49 @@ impl<'a, T: VectorComponent> FlatIndex<'a, T> {
     /// The metric it searches by.
     pub fn metric(&self) -> Metric {
         self.metric
+    }
+
+    /// The index, searching with `precision` from now on ([`KnnPrecision`]): with
+    /// [`KnnPrecision::Tf32Reranked`] the distance tiles run on the tensor cores and each
+    /// query's candidates are re-ranked in `f32`, with the same neighbours as the `f32`
+    /// search up to ties at the `k`-th distance. Setting it reads the base's norms back
+    /// once (computing them first for the inner product): a wait.
+    ///
+    /// A TF32 search waits once at its end, for the values that prove each query's
+    /// candidates; the queries it cannot prove (near-ties at the edge of the candidates,
+    /// non-finite distances) are searched again in `f32`, with memory of their own. The
+    /// k-NN graph ([`FlatIndex::knn_graph`]) always runs in `f32`.
+    ///
+    /// ```
+    /// use gpu_select::{Gpu, KnnPrecision, Metric};
+    ///
+    /// let gpu = Gpu::emulator();
+    /// let points: Vec<f32> = (0..200).map(|i| (i * 37 % 101) as f32).collect();
+    /// let index = gpu.upload_flat_index(&points, 2, Metric::L2)?;
+    /// let exact = index.search_host(&[20.0, 70.0], 5)?;
+    /// let index = index.with_precision(KnnPrecision::Tf32Reranked)?;
+    /// assert_eq!(index.search_host(&[20.0, 70.0], 5)?.1, exact.1);
+    /// # Ok::<(), gpu_select::Error>(())
+    /// ```
+    pub fn with_precision(mut self, precision: KnnPrecision) -> Result<Self> {
+        if precision != KnnPrecision::F32 {
+            if self.metric == Metric::InnerProduct && self.norms.len() != self.base.count {
+                let norms = self.gpu.alloc_uninit::<f32>(self.base.count)?;
+                self.gpu.knn_norms(self.base, self.dim, norms.global_ptr())?;
+                self.norms = norms;
+            }
+            // The largest squared norm; a NaN one is no bound (its vector's distances are
+            // NaN, which the proof refuses anyway).
+            let norms = self.gpu.download(&self.norms)?;
+            self.base_norm_max = norms.iter().copied().filter(|norm| !norm.is_nan()).fold(0.0, f32::max);
+        }
+        self.precision = precision;
+        Ok(self)
+    }
+
+    /// How searches compute distances.
+    pub fn precision(&self) -> KnnPrecision {
+        self.precision
     }
 
     /// The `k` nearest base vectors of each query: `queries.count() · k` distances and
@@ -240,7 +287,7 @@ impl<'a, T: VectorComponent> FlatIndex<'a, T> {
                 format!("the index holds {} vectors", self.base.count),
             ));
         }
-        let plan = self.gpu.plan_knn(queries, self.base.count, k, self.metric, false)?;
+        let plan = self.gpu.plan_knn(queries, self.base.count, k, self.metric, false, self.precision)?;
         Ok(SearchPlan { gpu: self.gpu.clone(), dim: self.dim, plan })
     }
 
@@ -298,13 +345,15 @@ impl<'a, T: VectorComponent> FlatIndex<'a, T> {
                 format!("a graph of {} vectors leaves each {} others", self.base.count, self.base.count - 1),
             ));
         }
-        let plan = self.gpu.plan_knn(self.base.count, self.base.count, k, self.metric, true)?;
+        let plan =
+            self.gpu.plan_knn(self.base.count, self.base.count, k, self.metric, true, KnnPrecision::F32)?;
         let plan = SearchPlan { gpu: self.gpu.clone(), dim: self.dim, plan };
         self.with_outputs(&plan, |out, workspace| self.run_core(&plan, self.base, out, workspace))
     }
 
     /// Queues every distance of `queries` to the base into `out` (`queries.count() · len()`,
-    /// row after row), as the search ranks them: similarities negated. A measurement hook
+    /// row after row), as the search's tiles hold them (similarities negated; TF32 ones
+    /// with [`KnnPrecision::Tf32Reranked`]). A measurement hook
     /// ([`crate::diagnostics::knn_distances`]).
     pub(crate) fn queue_distances(
         &self,
@@ -326,9 +375,24 @@ impl<'a, T: VectorComponent> FlatIndex<'a, T> {
             (queries.set(), query_norms.global_ptr()),
             (self.base, self.norms.global_ptr()),
             self.dim,
-            self.metric,
+            (self.metric, self.precision),
             out.global_ptr(),
         )
+    }
+
+    /// How many of `queries` a search for their `k` nearest with this index's precision
+    /// would search again in `f32` (0 unless TF32): the search without the second one. A
+    /// measurement hook ([`crate::diagnostics::knn_unproven`]).
+    pub(crate) fn unproven_queries(&self, queries: &Vectors<'_, T>, k: usize) -> Result<usize> {
+        let plan = self.plan_search(queries.count, k)?;
+        let mut unproven = 0;
+        self.with_outputs(&plan, |out, workspace| {
+            let run = KnnRun { base_norms: self.norms.global_ptr(), out };
+            self.gpu.run_knn(&plan.plan, (queries.set(), self.base, self.dim), workspace, run)?;
+            unproven = self.gpu.knn_unproven::<T>(&plan.plan, workspace, self.dim, self.base_norm_max)?.len();
+            Ok(())
+        })?;
+        Ok(unproven)
     }
 
     /// Runs `run` with `plan`'s outputs and workspace taken from the pool.
@@ -344,7 +408,8 @@ impl<'a, T: VectorComponent> FlatIndex<'a, T> {
         Ok(Neighbours { distances: out.values, indices: out.indices })
     }
 
-    /// The engine's run of `plan` on `queries`.
+    /// The engine's run of `plan` on `queries`; for TF32, then the proof, and the `f32`
+    /// search of the queries it does not prove, each copied over its row of `out`.
     fn run_core(
         &self,
         plan: &SearchPlan,
@@ -352,8 +417,48 @@ impl<'a, T: VectorComponent> FlatIndex<'a, T> {
         out: &mut TopK<f32>,
         workspace: &DeviceBuffer<u8>,
     ) -> Result<()> {
-        let run = KnnRun { base_norms: self.norms.global_ptr(), out };
-        self.gpu.run_knn(&plan.plan, (queries, self.base, self.dim), workspace, run)
+        let run = KnnRun { base_norms: self.norms.global_ptr(), out: &mut *out };
+        self.gpu.run_knn(&plan.plan, (queries, self.base, self.dim), workspace, run)?;
+        let unproven = self.gpu.knn_unproven::<T>(&plan.plan, workspace, self.dim, self.base_norm_max)?;
+        if unproven.is_empty() {
+            return Ok(());
+        }
+        // The unproven queries side by side, searched in f32, and their rows copied back.
+        let (dim, k) = (self.dim, plan.plan.k);
+        let again = self.gpu.alloc_uninit::<T>(unproven.len() * dim)?;
+        let element = size_of::<T>();
+        for (row, &query) in unproven.iter().enumerate() {
+            let from = queries.data.offset((query * queries.stride) as u64).address();
+            self.gpu.copy_on_device(
+                from,
+                again.global_ptr().offset((row * dim) as u64).address(),
+                dim * element,
+            )?;
+        }
+        let exact =
+            self.gpu.plan_knn(unproven.len(), self.base.count, k, self.metric, false, KnnPrecision::F32)?;
+        let exact = SearchPlan { gpu: self.gpu.clone(), dim, plan: exact };
+        let searched = self.with_outputs(&exact, |found, scratch| {
+            let again = VectorSet { data: again.global_ptr(), count: unproven.len(), stride: dim };
+            let run = KnnRun { base_norms: self.norms.global_ptr(), out: found };
+            self.gpu.run_knn(&exact.plan, (again, self.base, dim), scratch, run)
+        })?;
+        for (row, &query) in unproven.iter().enumerate() {
+            let (from, to) = ((row * k) as u64, (query * k) as u64);
+            let copy = |from: u64, to: u64, bytes: usize| self.gpu.copy_on_device(from, to, bytes);
+            copy(
+                searched.distances.global_ptr().offset(from).address(),
+                out.values.global_ptr().offset(to).address(),
+                k * 4,
+            )?;
+            copy(
+                searched.indices.global_ptr().offset(from).address(),
+                out.indices.global_ptr().offset(to).address(),
+                k * 8,
+            )?;
+        }
+        // The copies read buffers freed on return.
+        self.gpu.synchronize()
     }
 
     /// Checks `queries`, the outputs and the workspace against `plan`, then runs it.
@@ -478,7 +583,17 @@ impl Gpu {
             self.knn_norms(base, dim, norms.global_ptr())?;
             norms
         };
-        Ok(FlatIndex { gpu: self.clone(), base, dim, metric, norms, _owned: owned, borrowed: PhantomData })
+        Ok(FlatIndex {
+            gpu: self.clone(),
+            base,
+            dim,
+            metric,
+            norms,
+            precision: KnnPrecision::F32,
+            base_norm_max: 0.0,
+            _owned: owned,
+            borrowed: PhantomData,
+        })
     }
 
     /// The `k` nearest of `base` to each of `queries` by `metric`: a [`FlatIndex`] made

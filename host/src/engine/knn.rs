@@ -9,18 +9,22 @@
 //! [`Tuning::knn_tile_bytes`](crate::Tuning::knn_tile_bytes).
 
 use gpu_select_kernels::entry::{
-    KNN_DISTANCE_TILE_BF16, KNN_DISTANCE_TILE_F16, KNN_DISTANCE_TILE_F32, KNN_NORMS_BF16, KNN_NORMS_F16,
-    KNN_NORMS_F32, KNN_PLACE, KernelId,
+    KNN_DISTANCE_TILE_BF16, KNN_DISTANCE_TILE_F16, KNN_DISTANCE_TILE_F32, KNN_DISTANCE_TILE_TF32_BF16,
+    KNN_DISTANCE_TILE_TF32_F16, KNN_DISTANCE_TILE_TF32_F32, KNN_DISTANCE_TILE_TF32X3_F32, KNN_NORMS_BF16,
+    KNN_NORMS_F16, KNN_NORMS_F32, KNN_PLACE, KNN_RERANK_BF16, KNN_RERANK_F16, KNN_RERANK_F32, KernelId,
 };
 use gpu_select_kernels::knn::norms::{NORMS_THREADS, NormsParams};
 use gpu_select_kernels::knn::place::{KEEP_ALL, PLACE_THREADS, PlaceParams};
+use gpu_select_kernels::knn::tensor::{RERANK_THREADS, RerankParams, Tf32TileLayout};
 use gpu_select_kernels::knn::tile::{DISTANCE_THREADS, DistanceLayout, DistanceTileParams, distance_grid};
 use gpu_select_kernels::knn::{Bf16Bits, Component, F16Bits, Metric};
 use gpu_select_kernels::params::{GlobalPtr, Order};
 use gpu_select_kernels::warp::select::MAX_QUEUE_K;
 
+use crate::MAX_SMALL_SORT_LEN;
 use crate::buffer::{DeviceBuffer, DeviceValue};
 use crate::engine::rows::{RowsAlgorithm, RowsSpec};
+use crate::engine::sort::Pairs;
 use crate::error::{Error, Result};
 use crate::gpu::{Gpu, LaunchShape};
 use crate::results::TopK;
@@ -45,24 +49,138 @@ pub trait KnnStorage: DeviceValue {
     const NORMS: KernelId<NormsParams<Self::Stored>>;
     /// Distance tiles of vectors of this type.
     const TILE: KernelId<DistanceTileParams<Self::Stored>>;
+    /// Approximate distance tiles on the tensor cores (TF32).
+    const TILE_TF32: KernelId<DistanceTileParams<Self::Stored>>;
+    /// Split TF32 tiles (three products per pair) and whether they are split; for 16-bit
+    /// storage, which TF32 holds exactly, the one-product kernel.
+    const TILE_TF32X3: (KernelId<DistanceTileParams<Self::Stored>>, bool);
+    /// Whether TF32 holds every value of the type exactly (16-bit floats).
+    const EXACT_IN_TF32: bool;
+    /// Exact distances of each query's candidates.
+    const RERANK: KernelId<RerankParams<Self::Stored>>;
 }
 
 impl KnnStorage for f32 {
     type Stored = f32;
     const NORMS: KernelId<NormsParams<f32>> = KNN_NORMS_F32;
     const TILE: KernelId<DistanceTileParams<f32>> = KNN_DISTANCE_TILE_F32;
+    const TILE_TF32: KernelId<DistanceTileParams<f32>> = KNN_DISTANCE_TILE_TF32_F32;
+    const TILE_TF32X3: (KernelId<DistanceTileParams<f32>>, bool) = (KNN_DISTANCE_TILE_TF32X3_F32, true);
+    const EXACT_IN_TF32: bool = false;
+    const RERANK: KernelId<RerankParams<f32>> = KNN_RERANK_F32;
 }
 
 impl KnnStorage for half::f16 {
     type Stored = F16Bits;
     const NORMS: KernelId<NormsParams<F16Bits>> = KNN_NORMS_F16;
     const TILE: KernelId<DistanceTileParams<F16Bits>> = KNN_DISTANCE_TILE_F16;
+    const TILE_TF32: KernelId<DistanceTileParams<F16Bits>> = KNN_DISTANCE_TILE_TF32_F16;
+    const TILE_TF32X3: (KernelId<DistanceTileParams<F16Bits>>, bool) = (KNN_DISTANCE_TILE_TF32_F16, false);
+    const EXACT_IN_TF32: bool = true;
+    const RERANK: KernelId<RerankParams<F16Bits>> = KNN_RERANK_F16;
 }
 
 impl KnnStorage for half::bf16 {
     type Stored = Bf16Bits;
     const NORMS: KernelId<NormsParams<Bf16Bits>> = KNN_NORMS_BF16;
     const TILE: KernelId<DistanceTileParams<Bf16Bits>> = KNN_DISTANCE_TILE_BF16;
+    const TILE_TF32: KernelId<DistanceTileParams<Bf16Bits>> = KNN_DISTANCE_TILE_TF32_BF16;
+    const TILE_TF32X3: (KernelId<DistanceTileParams<Bf16Bits>>, bool) = (KNN_DISTANCE_TILE_TF32_BF16, false);
+    const EXACT_IN_TF32: bool = true;
+    const RERANK: KernelId<RerankParams<Bf16Bits>> = KNN_RERANK_BF16;
+}
+
+/// How a search computes its distances.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum KnnPrecision {
+    /// Every distance in `f32` on the CUDA cores (the default).
+    #[default]
+    F32,
+    /// Distances on the tensor cores with TF32 inputs (about 2^-10 relative error in each
+    /// product), for more candidates than asked for (`k` plus
+    /// [`Tuning::knn_rerank_extra_percent`](crate::Tuning::knn_rerank_extra_percent) of it, at
+    /// least 32 more); the candidates' distances then computed again in `f32` exactly as the
+    /// `F32` search computes them, and the `k` best of those kept. A query whose candidates
+    /// cannot be proven to hold its `k` nearest (the `k`-th exact distance must lie at least
+    /// the error bound below every left-out vector's TF32 distance) is searched again in
+    /// `f32`: the result is the `F32` search's, up to ties at the `k`-th distance.
+    Tf32Reranked,
+    /// As `Tf32Reranked` with split TF32 ("3xTF32"): each `f32` value as a TF32 `hi` and the
+    /// TF32 of its remainder `lo`, and three tensor-core products per pair (`lo·hi + hi·lo +
+    /// hi·hi`): each value within `2^-22` instead of `2^-11`, so the error bound is about a
+    /// thousand times tighter and proofs hold where TF32's do not (data whose norms are large
+    /// against the gaps between neighbours, such as SIFT's). For 16-bit storage, which TF32
+    /// holds exactly, the same as `Tf32Reranked` with this tighter bound.
+    Tf32x3Reranked,
+}
+
+impl KnnPrecision {
+    /// Whether the tiles are approximations whose candidates are re-ranked.
+    fn reranks(self) -> bool {
+        self != KnnPrecision::F32
+    }
+}
+
+impl KnnPrecision {
+    /// The most a tile distance of this precision (for a query to any base vector) and the `F32`
+    /// search's distance of the same pair can differ: for a query of squared norm `query_norm`
+    /// and base vectors of squared norm at most `base_norm_max` (both as computed in `f32`),
+    /// `dim` components, `exact_inputs` when the vectors are stored as 16-bit floats (which TF32
+    /// holds exactly). 0 for `F32`. What the re-ranking's proof subtracts (module docs of
+    /// [`FlatIndex::with_precision`](crate::FlatIndex::with_precision)).
+    ///
+    /// Each product's inputs round to TF32 within a relative `2^-11`, so each product within
+    /// `2^-10 + 2^-22` of itself; the tensor cores' and the `F32` search's `f32` sums add at most
+    /// `dim · 2^-23` and `dim · 2^-24` of `Σ |x_i y_i| ≤ ‖x‖ ‖y‖` (Cauchy–Schwarz), so the two
+    /// dot products differ by at most `δ · ‖x‖ ‖y‖` with `δ = 2^-10 + dim · 2^-21` (slack kept).
+    /// The norms are the same values in both; the epilogue's few roundings add `8 · 2^-24` of
+    /// the terms' sizes. L2 doubles the dot's error (`− 2⟨x, y⟩`); cosine divides it by
+    /// `‖x‖ ‖y‖`.
+    ///
+    /// Split TF32 ([`KnnPrecision::Tf32x3Reranked`], `exact_inputs` false) holds each input
+    /// within `2^-22` and leaves out `lo·lo`, so each product within `3 · 2^-22 (1 + 2^-10)`,
+    /// and its sums run over `3 · dim` terms: `δ = 2^-20 + 3 · dim · 2^-23 + dim · 2^-24`, about
+    /// `2^-14` at 128 components. With 16-bit storage (`exact_inputs`), TF32 holds every input
+    /// exactly: only the sums round, `δ = dim · 2^-23 + dim · 2^-24`.
+    ///
+    /// ```
+    /// use gpu_select::{KnnPrecision, Metric};
+    ///
+    /// // SIFT-like vectors: squared norms near 10^6, 128 components.
+    /// let tf32 = KnnPrecision::Tf32Reranked.error_bound(Metric::L2, 128, false, 1e6, 1.2e6);
+    /// let split = KnnPrecision::Tf32x3Reranked.error_bound(Metric::L2, 128, false, 1e6, 1.2e6);
+    /// assert!(tf32 > 2000.0 && split < 150.0);
+    /// assert_eq!(KnnPrecision::F32.error_bound(Metric::L2, 128, false, 1e6, 1.2e6), 0.0);
+    /// ```
+    pub fn error_bound(
+        self,
+        metric: Metric,
+        dim: usize,
+        exact_inputs: bool,
+        query_norm: f32,
+        base_norm_max: f32,
+    ) -> f64 {
+        if self == KnnPrecision::F32 {
+            return 0.0;
+        }
+        let unit = 2f64.powi(-24);
+        let dim_f = dim as f64;
+        let delta = match (self, exact_inputs) {
+            (_, true) => dim_f * 2f64.powi(-23) + dim_f * unit,
+            (KnnPrecision::Tf32x3Reranked, false) => {
+                2f64.powi(-20) + 3.0 * dim_f * 2f64.powi(-23) + dim_f * unit
+            }
+            _ => 2f64.powi(-10) + dim_f * 2f64.powi(-21),
+        };
+        // The norms' own rounding (dim additions), so that x and y bound the true lengths.
+        let widen = 1.0 + (dim as f64 + 2.0) * unit;
+        let (x, y) = ((query_norm as f64).sqrt() * widen, (base_norm_max as f64).sqrt() * widen);
+        match metric {
+            Metric::L2 => 2.0 * delta * x * y + 8.0 * unit * (x * x + y * y + 2.0 * x * y),
+            Metric::InnerProduct => delta * x * y + 8.0 * unit * x * y,
+            Metric::Cosine => delta * widen * widen + 8.0 * unit,
+        }
+    }
 }
 
 /// `count` vectors of `dim` components on the device, vector `i` at `i · stride` (the
@@ -114,9 +232,9 @@ impl KnnTiles {
             tile + kept_bytes
         };
         // Every column tile keeps `kept`, so it must hold at least that many vectors. Beyond
-        // the queues' 2048 the rows top-k runs one top-k per row: then every column tile
-        // costs each query a call of its own, so the base stays whole and fewer queries
-        // share a tile instead.
+        // the queues' 2048 the rows top-k is the batched radix select, whose passes and sort
+        // grow with `k` per column tile: the base stays whole and fewer queries share a tile
+        // instead (one selection of each query's whole row).
         let most_tiles = if kept > MAX_QUEUE_K as usize { 1 } else { (base / kept).max(1) };
         let mut query_tile = queries.min(QUERY_TILE_TARGET);
         loop {
@@ -154,11 +272,18 @@ pub(crate) struct KnnPlan {
     pub(crate) metric: Metric,
     /// A k-NN graph: query `i` is base vector `i`, and drops itself.
     pub(crate) drop_own: bool,
+    pub(crate) precision: KnnPrecision,
+    /// Neighbours kept per query from the distance tiles: [`KnnPlan::kept`], or with TF32
+    /// the candidates re-ranked.
+    candidates: usize,
     tiles: KnnTiles,
     /// Streams taking the query tiles in turn (this handle's first).
     streams: usize,
     /// Offset of the queries' squared norms.
     query_norms: usize,
+    /// TF32: offset of the proofs' two values per query (the `candidates`-th TF32
+    /// distance, then the `kept`-th exact one).
+    checks: usize,
     /// Offset of the first stream's buffers; stream `s`'s at `+ s · stream_bytes`.
     first_stream: usize,
     stream_bytes: usize,
@@ -177,6 +302,13 @@ struct StreamRegions {
     candidates: (usize, usize, usize),
     /// The rows top-k's workspace: offset, bytes.
     rows: (usize, usize),
+    /// TF32: the candidates' exact distances: offset, `query_tile × candidates`.
+    exact: (usize, usize),
+    /// TF32: the re-ranked best: offsets of distances and indices, `query_tile × kept`.
+    reranked: (usize, usize, usize),
+    /// TF32: the candidates' indices in increasing order, and the sort's positions:
+    /// offsets, `query_tile × candidates`.
+    by_index: (usize, usize, usize),
 }
 
 impl KnnPlan {
@@ -195,9 +327,20 @@ impl KnnPlan {
         self.metric.is_similarity() || self.drop_own
     }
 
-    /// Whether the queries' norms are needed (not for the inner product).
+    /// Whether the queries' norms are needed (not for the inner product, unless a TF32
+    /// search's error bound needs them).
     fn needs_norms(&self) -> bool {
-        self.metric != Metric::InnerProduct
+        self.metric != Metric::InnerProduct || self.reranks()
+    }
+
+    /// Whether the tiles are TF32 and their candidates re-ranked.
+    fn reranks(&self) -> bool {
+        self.precision.reranks()
+    }
+
+    /// TF32: whether every base vector is a candidate (then nothing is left to prove).
+    pub(crate) fn every_vector_a_candidate(&self) -> bool {
+        self.candidates == self.base
     }
 }
 
@@ -207,6 +350,9 @@ struct KnnBuffers {
     best: TopK<f32>,
     candidates: TopK<f32>,
     rows: DeviceBuffer<u8>,
+    exact: DeviceBuffer<f32>,
+    reranked: TopK<f32>,
+    by_index: Pairs<u64>,
 }
 
 /// What a run reads besides the plan and the vectors, and where it writes.
@@ -248,12 +394,19 @@ impl Gpu {
         k: usize,
         metric: Metric,
         drop_own: bool,
+        precision: KnnPrecision,
     ) -> Result<KnnPlan> {
         check_key_count(queries)?;
         check_key_count(base)?;
         let kept = k + usize::from(drop_own);
+        let extra = (kept * self.tuning().knn_rerank_extra_percent as usize / 100).max(32);
+        // The re-ranking orders each query's candidates by index in one block sort: beyond
+        // its 2048, the f32 search.
+        let precision =
+            if (kept + extra).min(base) > MAX_SMALL_SORT_LEN { KnnPrecision::F32 } else { precision };
+        let candidates = if precision.reranks() { (kept + extra).min(base) } else { kept };
         let wanted_streams = self.tuning().knn_streams.clamp(1, MAX_KNN_STREAMS);
-        let tiles = KnnTiles::plan(queries, base, kept, self.tuning().knn_tile_bytes / wanted_streams);
+        let tiles = KnnTiles::plan(queries, base, candidates, self.tuning().knn_tile_bytes / wanted_streams);
         let streams = wanted_streams.min(queries.div_ceil(tiles.query_tile));
         let mut plan = KnnPlan {
             queries,
@@ -261,9 +414,12 @@ impl Gpu {
             k,
             metric,
             drop_own,
+            precision,
+            candidates,
             tiles,
             streams,
             query_norms: 0,
+            checks: 0,
             first_stream: 0,
             stream_bytes: 0,
             regions: StreamRegions {
@@ -271,6 +427,9 @@ impl Gpu {
                 best: (0, 0, 0),
                 candidates: (0, 0, 0),
                 rows: (0, 0),
+                exact: (0, 0),
+                reranked: (0, 0, 0),
+                by_index: (0, 0, 0),
             },
             workspace_bytes: 0,
         };
@@ -282,17 +441,26 @@ impl Gpu {
             }
             for tile in [0, tiles.base_tiles - 1] {
                 let cols = tiles.base_range(base, tile).1;
-                rows_bytes = rows_bytes.max(self.knn_rows_workspace(query_tile, cols, kept)?);
+                rows_bytes = rows_bytes.max(self.knn_rows_workspace(query_tile, cols, candidates)?);
             }
             if plan.merges() {
-                let cols = tiles.base_tiles * kept;
-                rows_bytes = rows_bytes.max(self.knn_rows_workspace(query_tile, cols, kept)?);
+                let cols = tiles.base_tiles * candidates;
+                rows_bytes = rows_bytes.max(self.knn_rows_workspace(query_tile, cols, candidates)?);
+            }
+            if plan.reranks() {
+                rows_bytes = rows_bytes.max(self.knn_rows_workspace(query_tile, candidates, kept)?);
             }
         }
         // One stream's regions, from its first byte.
         let distances_len = tiles.query_tile * tiles.base_range(base, 0).1;
-        let best_len = if plan.merges() || plan.finishes() { tiles.query_tile * kept } else { 0 };
-        let candidates_len = if plan.merges() { tiles.query_tile * tiles.base_tiles * kept } else { 0 };
+        let best_len = if plan.merges() || plan.finishes() || plan.reranks() {
+            tiles.query_tile * candidates
+        } else {
+            0
+        };
+        let candidates_len = if plan.merges() { tiles.query_tile * tiles.base_tiles * candidates } else { 0 };
+        let (exact_len, reranked_len) =
+            if plan.reranks() { (tiles.query_tile * candidates, tiles.query_tile * kept) } else { (0, 0) };
         let mut stream = WorkspaceCarver::default();
         plan.regions = StreamRegions {
             distances: (stream.region(distances_len * 4), distances_len),
@@ -303,10 +471,14 @@ impl Gpu {
                 candidates_len,
             ),
             rows: (stream.region(rows_bytes), rows_bytes),
+            exact: (stream.region(exact_len * 4), exact_len),
+            reranked: (stream.region(reranked_len * 4), stream.region(reranked_len * 8), reranked_len),
+            by_index: (stream.region(exact_len * 8), stream.region(exact_len * 8), exact_len),
         };
         plan.stream_bytes = stream.bytes();
         let mut whole = WorkspaceCarver::default();
         plan.query_norms = whole.region(if plan.needs_norms() { queries * 4 } else { 0 });
+        plan.checks = whole.region(if plan.reranks() { 2 * queries * 4 } else { 0 });
         plan.first_stream = whole.region(streams * plan.stream_bytes);
         plan.workspace_bytes = whole.bytes();
         Ok(plan)
@@ -356,10 +528,14 @@ impl Gpu {
                     best: pair(regions.best),
                     candidates: pair(regions.candidates),
                     rows: view(handle, at(regions.rows.0), regions.rows.1),
+                    exact: view(handle, at(regions.exact.0), regions.exact.1),
+                    reranked: pair(regions.reranked),
+                    by_index: Pairs::at(at(regions.by_index.0), at(regions.by_index.1)),
                 }
             })
             .collect();
-        let search = (queries, base, dim, query_norms);
+        let checks = GlobalPtr::from_address(address(plan.checks));
+        let search = (queries, base, dim, query_norms, checks);
         let (mut first_query, mut turn) = (0, 0);
         while first_query < plan.queries {
             let count = plan.tiles.query_tile.min(plan.queries - first_query);
@@ -375,23 +551,33 @@ impl Gpu {
     }
 
     /// Queues queries `first_query .. first_query + count` of a search on this handle's
-    /// stream, with `buffers`: each column tile's distances and best, then their merge.
+    /// stream, with `buffers`: each column tile's distances and best, then their merge; with
+    /// TF32, the candidates' exact distances, their best, and the values the proof reads.
     fn knn_query_tile<T: KnnStorage>(
         &self,
         plan: &KnnPlan,
-        (queries, base, dim, query_norms): (VectorSet<T>, VectorSet<T>, usize, GlobalPtr<f32>),
+        (queries, base, dim, query_norms, checks): (
+            VectorSet<T>,
+            VectorSet<T>,
+            usize,
+            GlobalPtr<f32>,
+            GlobalPtr<f32>,
+        ),
         run: &KnnRun<'_>,
         buffers: &mut KnnBuffers,
         (first_query, count): (usize, usize),
     ) -> Result<()> {
-        let (tiles, kept) = (plan.tiles, plan.kept());
-        let (merges, finishes) = (plan.merges(), plan.finishes());
+        let (tiles, kept, candidates) = (plan.tiles, plan.kept(), plan.candidates);
+        let (merges, finishes, reranks) = (plan.merges(), plan.finishes(), plan.reranks());
         let query_part = queries.part(first_query, count);
         let norms_part = query_norms.offset(if plan.needs_norms() { first_query as u64 } else { 0 });
         let out_rows = first_query * plan.k..(first_query + count) * plan.k;
         let own = plan.drop_own.then_some(first_query);
         let negate = plan.metric.is_similarity();
-        let KnnBuffers { distances, best, candidates, rows } = buffers;
+        let KnnBuffers { distances, best, candidates: merged_rows, rows, exact, reranked, by_index } =
+            buffers;
+        // Where the tiles' (or their merge's) best go when they are not the result: `best`.
+        let into_best = merges || finishes || reranks;
         for tile in 0..tiles.base_tiles {
             let (first_base, base_count) = tiles.base_range(base.count, tile);
             let tile_distances = distances.view(0, count * base_count);
@@ -399,50 +585,147 @@ impl Gpu {
                 (query_part, norms_part),
                 (base.part(first_base, base_count), run.base_norms.offset(first_base as u64)),
                 dim,
-                plan.metric,
+                (plan.metric, plan.precision),
                 tile_distances.global_ptr(),
             )?;
-            let spec = RowsSpec::dense(count, base_count, base_count, kept)?;
-            if !merges && !finishes {
+            let spec = RowsSpec::dense(count, base_count, base_count, candidates)?;
+            if !into_best {
                 // One column tile, nothing to finish: straight into the caller's rows.
                 let mut out = out_view(run.out, out_rows.clone());
                 self.knn_select(&tile_distances, &spec, kept, GlobalPtr::null(), rows, &mut out)?;
                 continue;
             }
-            let mut tile_best = out_view(best, 0..count * kept);
-            self.knn_select(&tile_distances, &spec, kept, GlobalPtr::null(), rows, &mut tile_best)?;
+            let mut tile_best = out_view(best, 0..count * candidates);
+            self.knn_select(&tile_distances, &spec, candidates, GlobalPtr::null(), rows, &mut tile_best)?;
             if merges {
-                let row = tiles.base_tiles * kept;
-                self.knn_place(
-                    &tile_best,
-                    (candidates, row, tile * kept),
-                    count,
-                    kept,
-                    first_base,
-                    None,
-                    false,
-                )?;
-            } else {
+                let row = tiles.base_tiles * candidates;
+                let to = (&*merged_rows, row, tile * candidates);
+                self.knn_place(&tile_best, to, count, candidates, first_base, None, false)?;
+            } else if !reranks {
                 let out = out_view(run.out, out_rows.clone());
                 self.knn_place(&tile_best, (&out, plan.k, 0), count, kept, 0, own, negate)?;
             }
         }
         if merges {
-            let cols = tiles.base_tiles * kept;
-            let spec = RowsSpec::dense(count, cols, cols, kept)?;
-            let values = candidates.values.view(0, count * cols);
-            let indices = candidates.indices.global_ptr();
-            if finishes {
-                let mut merged = out_view(best, 0..count * kept);
-                self.knn_select(&values, &spec, kept, indices, rows, &mut merged)?;
-                let out = out_view(run.out, out_rows);
-                self.knn_place(&merged, (&out, plan.k, 0), count, kept, 0, own, negate)?;
+            let cols = tiles.base_tiles * candidates;
+            let spec = RowsSpec::dense(count, cols, cols, candidates)?;
+            let values = merged_rows.values.view(0, count * cols);
+            let indices = merged_rows.indices.global_ptr();
+            if finishes || reranks {
+                let mut merged = out_view(best, 0..count * candidates);
+                self.knn_select(&values, &spec, candidates, indices, rows, &mut merged)?;
+                if !reranks {
+                    let out = out_view(run.out, out_rows.clone());
+                    self.knn_place(&merged, (&out, plan.k, 0), count, kept, 0, own, negate)?;
+                }
             } else {
-                let mut out = out_view(run.out, out_rows);
+                let mut out = out_view(run.out, out_rows.clone());
                 self.knn_select(&values, &spec, kept, indices, rows, &mut out)?;
             }
         }
+        if reranks {
+            // `best` holds each query's candidates by TF32 distance, nearest first; the
+            // proof reads the last one's, and the `kept`-th exact distance below.
+            let approximate = out_view(best, 0..count * candidates);
+            let (last_approximate, last_exact) =
+                (checks.offset(first_query as u64), checks.offset((plan.queries + first_query) as u64));
+            let last_of = |values: &DeviceBuffer<f32>, width: usize| {
+                values.global_ptr().offset(width as u64 - 1).address()
+            };
+            let (from, pitch) = (last_of(&approximate.values, candidates), candidates * 4);
+            self.copy_rows_on_device(from, pitch, last_approximate.address(), 4, 4, count)?;
+            // The candidates in index order, so that equal exact distances keep the lower
+            // index first, as the f32 search's do.
+            let indices = Pairs::at(approximate.indices.global_ptr().address(), 0);
+            self.launch_block_sort(indices, candidates as u32, count as u32, Order::Smallest, *by_index)?;
+            let exact = exact.view(0, count * candidates);
+            let sorted = by_index.keys;
+            self.knn_rerank(
+                (query_part, norms_part),
+                (base, run.base_norms),
+                dim,
+                plan.metric,
+                sorted,
+                &exact,
+            )?;
+            let spec = RowsSpec::dense(count, candidates, candidates, kept)?;
+            let mut best_exact = out_view(reranked, 0..count * kept);
+            self.knn_select(&exact, &spec, kept, sorted, rows, &mut best_exact)?;
+            let out = out_view(run.out, out_rows);
+            self.knn_place(&best_exact, (&out, plan.k, 0), count, kept, 0, own, negate)?;
+            let (from, pitch) = (last_of(&best_exact.values, kept), kept * 4);
+            self.copy_rows_on_device(from, pitch, last_exact.address(), 4, 4, count)?;
+        }
         Ok(())
+    }
+
+    /// Queues the exact distances of each query of `queries` to its candidates (`candidates`,
+    /// base indices, as many rows as queries, each as wide as a row of `out`) into `out`.
+    fn knn_rerank<T: KnnStorage>(
+        &self,
+        (queries, query_norms): (VectorSet<T>, GlobalPtr<f32>),
+        (base, base_norms): (VectorSet<T>, GlobalPtr<f32>),
+        dim: usize,
+        metric: Metric,
+        candidates: GlobalPtr<u64>,
+        out: &DeviceBuffer<f32>,
+    ) -> Result<()> {
+        let blocks = (queries.count as u64).min(MAX_ROW_BLOCKS) as u32;
+        let shape = LaunchShape { grid: (blocks, 1), block_threads: RERANK_THREADS, shared_bytes: 0 };
+        let params = RerankParams {
+            queries: queries.stored(),
+            query_stride: queries.stride as u64,
+            query_norms,
+            base: base.stored(),
+            base_stride: base.stride as u64,
+            base_norms,
+            candidates,
+            out: out.global_ptr(),
+            width: (out.len() / queries.count) as u64,
+            rows: queries.count as u64,
+            dim: dim as u64,
+            metric: metric.to_raw(),
+            reserved: 0,
+        };
+        self.launch(T::RERANK, shape, params)
+    }
+
+    /// After a TF32 search of `plan` with `workspace` has run: the queries whose candidates
+    /// are not proven to hold their `kept` nearest ([`KnnPrecision::error_bound`] with the base's
+    /// largest squared norm `base_norm_max`), in order. Waits for the search.
+    pub(crate) fn knn_unproven<T: KnnStorage>(
+        &self,
+        plan: &KnnPlan,
+        workspace: &DeviceBuffer<u8>,
+        dim: usize,
+        base_norm_max: f32,
+    ) -> Result<Vec<usize>> {
+        if !plan.reranks() || plan.every_vector_a_candidate() {
+            return Ok(Vec::new());
+        }
+        let address = |offset: usize| workspace.global_ptr().address() + offset as u64;
+        let mut checks = vec![0.0f32; 2 * plan.queries];
+        self.copy_from_address(address(plan.checks), &mut checks)?;
+        let mut norms = vec![0.0f32; plan.queries];
+        self.copy_from_address(address(plan.query_norms), &mut norms)?;
+        let (last_approximate, last_exact) = checks.split_at(plan.queries);
+        Ok((0..plan.queries)
+            .filter(|&query| {
+                let (approximate, exact) = (last_approximate[query] as f64, last_exact[query] as f64);
+                let bound = plan.precision.error_bound(
+                    plan.metric,
+                    dim,
+                    T::EXACT_IN_TF32,
+                    norms[query],
+                    base_norm_max,
+                );
+                // Every left-out vector's f32 distance is at least its TF32 distance less the
+                // bound, and its TF32 distance at least the last candidate's. NaN or an
+                // infinity proves nothing.
+                let proven = approximate.is_finite() && exact.is_finite() && approximate - bound >= exact;
+                !proven
+            })
+            .collect())
     }
 
     /// The `k` nearest of each row of `candidates` (`rows × width` distances, similarities
@@ -500,24 +783,27 @@ impl Gpu {
         )
     }
 
-    /// Queues one distance tile: `queries × base` into `out` (row stride `base.count`).
+    /// Queues one distance tile: `queries × base` into `out` (row stride `base.count`), on
+    /// the CUDA cores in `f32` or the tensor cores in TF32.
     pub(crate) fn knn_distance_tile<T: KnnStorage>(
         &self,
         (queries, query_norms): (VectorSet<T>, GlobalPtr<f32>),
         (base, base_norms): (VectorSet<T>, GlobalPtr<f32>),
         dim: usize,
-        metric: Metric,
+        (metric, precision): (Metric, KnnPrecision),
         out: GlobalPtr<f32>,
     ) -> Result<()> {
         let (columns, rows) = distance_grid(queries.count as u64, base.count as u64);
         let (Ok(columns), Ok(rows)) = (u32::try_from(columns), u16::try_from(rows)) else {
             return Err(Error::invalid("a k-NN distance tile too large for one launch"));
         };
-        let shape = LaunchShape {
-            grid: (columns, rows as u32),
-            block_threads: DISTANCE_THREADS,
-            shared_bytes: DistanceLayout::new().bytes,
+        let (kernel, shared_bytes) = match precision {
+            KnnPrecision::F32 => (T::TILE, DistanceLayout::new().bytes),
+            KnnPrecision::Tf32Reranked => (T::TILE_TF32, Tf32TileLayout::new(false).bytes),
+            KnnPrecision::Tf32x3Reranked => (T::TILE_TF32X3.0, Tf32TileLayout::new(T::TILE_TF32X3.1).bytes),
         };
+        let shape =
+            LaunchShape { grid: (columns, rows as u32), block_threads: DISTANCE_THREADS, shared_bytes };
         let params = DistanceTileParams {
             queries: queries.stored(),
             query_stride: queries.stride as u64,
@@ -532,7 +818,7 @@ impl Gpu {
             dim: dim as u64,
             metric: metric.to_raw(),
         };
-        self.launch(T::TILE, shape, params)
+        self.launch(kernel, shape, params)
     }
 
     /// Queues the move of `rows × width` neighbours of `from` into `to` (row `r` at

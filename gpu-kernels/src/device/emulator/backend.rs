@@ -247,3 +247,45 @@ pub fn f32_to_f16(value: f32) -> u16 {
 pub fn f32_to_bf16(value: f32) -> u16 {
     half::bf16::from_f32(value).to_bits()
 }
+pub fn f32_to_tf32(value: f32) -> u32 {
+    let bits = value.to_bits();
+    if !value.is_finite() {
+        return bits;
+    }
+    // Round to nearest, ties away from zero (`.rna`), at the 13th bit: a carry into the
+    // exponent is the right rounding (up to infinity past the largest finite value).
+    (bits + 0x1000) & !0x1fff
+}
+/// The warp's `mma.sync.m16n8k8` on TF32: every lane hands in its fragments (PTX ISA's
+/// layouts: lane `4g + t` holds A's rows `g` and `g + 8` at columns `t` and `t + 4`, B's
+/// column `g` at rows `t` and `t + 4`, and C's rows `g`, `g + 8` at columns `2t`, `2t + 1`),
+/// and gets its four results: each sum in `f64` from the inputs' TF32 bits (the low 13 bits
+/// ignored, as the hardware does), rounded once to `f32`.
+pub unsafe fn mma_tf32_m16n8k8(a: [u32; 4], b: [u32; 2], c: [f32; 4]) -> [f32; 4] {
+    let pair = |low: u32, high: u32| low as u64 | (high as u64) << 32;
+    let (a01, a23, b01) = (
+        exchange(u32::MAX, pair(a[0], a[1])),
+        exchange(u32::MAX, pair(a[2], a[3])),
+        exchange(u32::MAX, pair(b[0], b[1])),
+    );
+    let tf32 = |bits: u64| f32::from_bits(bits as u32 & !0x1fff) as f64;
+    // A's (row, k) and B's (k, column) from the lanes that hold them.
+    let a_at = |row: usize, k: usize| {
+        let lane = (row % 8) * 4 + k % 4;
+        let word = if k < 4 { a01[lane] } else { a23[lane] };
+        tf32(if row < 8 { word } else { word >> 32 })
+    };
+    let b_at = |k: usize, column: usize| {
+        let word = b01[column * 4 + k % 4];
+        tf32(if k < 4 { word } else { word >> 32 })
+    };
+    let lane = lane_id() as usize;
+    let (g, t) = (lane / 4, lane % 4);
+    let mut d = [0.0f32; 4];
+    for (i, out) in d.iter_mut().enumerate() {
+        let (row, column) = (g + 8 * (i / 2), 2 * t + i % 2);
+        let sum: f64 = (0..8).map(|k| a_at(row, k) * b_at(k, column)).sum();
+        *out = (sum + c[i] as f64) as f32;
+    }
+    d
+}
