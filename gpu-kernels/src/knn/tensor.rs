@@ -133,6 +133,8 @@ pub unsafe fn distance_tile_tf32<S: Component, const SPLIT: bool>(params: Distan
     let (g, t) = (lane / 4, lane % 4);
     let warp_row = (warp / (TILE as usize / WARP_COLUMNS)) * WARP_ROWS;
     let warp_column = (warp % (TILE as usize / WARP_COLUMNS)) * WARP_COLUMNS;
+    // The grid's own order (base tiles fastest): taking all query tiles of a base tile
+    // together, as the f32 tile does (`tile_origin`), measured 5 % slower here (run 178).
     let query_start = device::block_idx_y() as u64 * TILE;
     let base_start = device::block_idx_x() as u64 * TILE;
     let queries = params.queries.offset(query_start * params.query_stride);

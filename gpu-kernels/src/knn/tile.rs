@@ -108,6 +108,18 @@ pub const fn distance_grid(query_count: u64, base_count: u64) -> (u64, u64) {
     (base_count.div_ceil(TILE), query_count.div_ceil(TILE))
 }
 
+/// The first query and the first base vector of this block's tile. Blocks in launch order
+/// take all query tiles of one base tile before the next base tile, so that a base tile
+/// comes from DRAM once and from L2 for the other query tiles (the grid's shape stays
+/// [`distance_grid`]'s: base tiles × query tiles).
+#[inline(always)]
+fn tile_origin() -> (u64, u64) {
+    let query_tiles = device::grid_dim_y() as u64;
+    let launch_order =
+        device::block_idx_y() as u64 * device::grid_dim_x() as u64 + device::block_idx_x() as u64;
+    ((launch_order % query_tiles) * TILE, (launch_order / query_tiles) * TILE)
+}
+
 /// This thread's `DEPTH / 2` components of one vector of a tile, from component `first`
 /// on, widened to `f32`: zeros past the dimension or past the tile's last vector.
 #[inline(always)]
@@ -144,8 +156,7 @@ pub unsafe fn distance_tile<S: Component>(params: DistanceTileParams<S>) {
     let metric = Metric::from_raw(params.metric);
     let thread = device::thread_idx_x() as usize;
     let (tx, ty) = (thread % 16, thread / 16);
-    let query_start = device::block_idx_y() as u64 * TILE;
-    let base_start = device::block_idx_x() as u64 * TILE;
+    let (query_start, base_start) = tile_origin();
     let queries = params.queries.offset(query_start * params.query_stride);
     let base = params.base.offset(base_start * params.base_stride);
     let query_count = params.query_count - query_start.min(params.query_count);
