@@ -121,18 +121,23 @@ fn tile_origin() -> (u64, u64) {
 }
 
 /// This thread's `DEPTH / 2` components of one vector of a tile, from component `first`
-/// on, widened to `f32`: zeros past the dimension or past the tile's last vector.
+/// on, widened to `f32`: zeros past the dimension or past the tile's last vector; one
+/// 16-byte load when `aligned` (`f32` vectors starting on 16 bytes) and all four are there.
 #[inline(always)]
 unsafe fn load_quarter<S: Component>(
     vectors: GlobalPtr<S>,
-    stride: u64,
-    count: u64,
-    dim: u64,
+    (stride, count, dim): (u64, u64, u64),
     vector: u64,
     first: u64,
+    aligned: bool,
 ) -> [f32; DEPTH / 2] {
     let mut values = [0.0f32; DEPTH / 2];
     if vector < count {
+        if aligned && first + (DEPTH / 2) as u64 <= dim {
+            // `S` is `f32` here (4 bytes, the only such component).
+            let four = vectors.offset(vector * stride + first).as_ptr() as *const Four;
+            return unsafe { four.read() }.0;
+        }
         for (j, value) in values.iter_mut().enumerate() {
             let component = first + j as u64;
             if component < dim {
@@ -169,12 +174,18 @@ pub unsafe fn distance_tile<S: Component>(params: DistanceTileParams<S>) {
 
     // The vector this thread stages, and which half of the step's components.
     let (staged_vector, staged_half) = ((thread / 2) as u64, thread % 2);
+    // 16-byte loads where every vector of both sets starts on 16 bytes.
+    let aligned = size_of::<S>() == 4
+        && queries.address().is_multiple_of(16)
+        && base.address().is_multiple_of(16)
+        && params.query_stride.is_multiple_of(4)
+        && params.base_stride.is_multiple_of(4);
     let stage_load = |step: u64| unsafe {
         let first = step * DEPTH as u64 + (staged_half * DEPTH / 2) as u64;
-        (
-            load_quarter(queries, params.query_stride, query_count, params.dim, staged_vector, first),
-            load_quarter(base, params.base_stride, base_count, params.dim, staged_vector, first),
-        )
+        let load = |vectors, stride, count| {
+            load_quarter(vectors, (stride, count, params.dim), staged_vector, first, aligned)
+        };
+        (load(queries, params.query_stride, query_count), load(base, params.base_stride, base_count))
     };
     let stage_store = |stage: usize, (query_part, base_part): ([f32; DEPTH / 2], [f32; DEPTH / 2])| unsafe {
         for j in 0..DEPTH / 2 {
