@@ -1524,6 +1524,12 @@ fn tuning_from_env(gpu: &Gpu) -> Tuning {
     if let Some(tiles) = number("GPU_SELECT_TOPK_TILES_PER_BLOCK_LATER") {
         tuning.top_k_tiles_per_block_later = tiles;
     }
+    if let Some(bytes) = number("GPU_SELECT_KNN_TILE_BYTES") {
+        tuning.knn_tile_bytes = bytes;
+    }
+    if let Some(percent) = number("GPU_SELECT_KNN_RERANK_EXTRA_PERCENT") {
+        tuning.knn_rerank_extra_percent = percent;
+    }
     if let Ok(tight) = std::env::var("GPU_SELECT_BITONIC_TIGHT_BOUND") {
         tuning.bitonic_tight_bound = tight != "0";
     }

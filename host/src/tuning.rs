@@ -59,15 +59,18 @@ pub struct Tuning {
     /// Labels a bucket multiselect filter shares out among the active labels (8192, the
     /// kernels' most); with more than half as many active labels the kept keys are sorted.
     pub multiselect_labels: u32,
-    /// k-NN: bytes of distance tiles and per-tile candidates a search keeps at once (512 MiB);
-    /// queries and base vectors are tiled to fit (the matrix of all distances is never
-    /// held).
+    /// k-NN: bytes of distance tiles and per-tile candidates a search keeps at once (1 GiB;
+    /// Faiss's GPU resources reserve up to 1.5 GiB); queries and base vectors are tiled to
+    /// fit (the matrix of all distances is never held). For `k` beyond 2048 half of it: the
+    /// batched radix select then splits taller query tiles into more launches. Measured on
+    /// SIFT1M's shape (H200, run 181): 1 GiB against 512 MiB 102.4 → 97.6 ms at k = 100,
+    /// 123.1 → 109.9 at k = 1000 (fewer, longer column tiles); 2 GiB slower again (108.2).
     pub knn_tile_bytes: usize,
     /// k-NN: streams a search spreads its query tiles over (1: this handle's; at most 8,
     /// and at most one per query tile). With two, one tile's product can overlap another's
     /// selections (the Faiss paper overlaps two); each stream gets its own tiles within
-    /// `knn_tile_bytes` shared out. Not yet measured, so 1 stays the default until a
-    /// benchmark shows the gain.
+    /// `knn_tile_bytes` shared out. Two measured slower (the products already fill the GPU):
+    /// 131.8 against 123.0 ms (H100 run 153), 119.1 against 102.4 (H200 run 180), so 1.
     pub knn_streams: usize,
     /// k-NN with [`KnnPrecision::Tf32Reranked`](crate::KnnPrecision::Tf32Reranked): the
     /// candidates re-ranked per query beyond the `k` asked for, as a percentage of `k` (at
@@ -108,7 +111,7 @@ impl Default for Tuning {
             rows_large_k_workspace_bytes: 256 << 20,
             multiselect_pick_max: 2048,
             multiselect_labels: 8192,
-            knn_tile_bytes: 512 << 20,
+            knn_tile_bytes: 1 << 30,
             knn_streams: 1,
             knn_rerank_extra_percent: 100,
             sbp_cutoff_slack_percent: 50,
