@@ -17,6 +17,12 @@ import os
 
 import torch
 
+from torch_timing import median_ms as timed_ms
+
+
+def median_ms(fn):
+    return timed_ms(fn, warmups=1, runs=3)
+
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
 device = "cuda"
@@ -30,18 +36,6 @@ def sift_like(count):
     return centres[picks] + (torch.rand(count, dim, device=device, generator=generator) - 0.5) * 12.8
 
 
-def median_ms(fn):
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(3):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(stop))
-    return sorted(times)[1]
 
 
 base = sift_like(base_count)

@@ -14,24 +14,13 @@ import os
 
 import torch
 
+from torch_timing import median_ms
+
 device = "cuda"
 generator = torch.Generator(device=device).manual_seed(0)
 results = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cases": []}
 
 
-def median_ms(fn):
-    for _ in range(2):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(10):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(stop))
-    return sorted(times)[len(times) // 2]
 
 
 def record(name, ms):

@@ -387,9 +387,7 @@ impl<'a, T: VectorComponent> FlatIndex<'a, T> {
         let plan = self.plan_search(queries.count, k)?;
         let mut unproven = 0;
         self.with_outputs(&plan, |out, workspace| {
-            let run = KnnRun { base_norms: self.norms.global_ptr(), out };
-            self.gpu.run_knn(&plan.plan, (queries.set(), self.base, self.dim), workspace, run)?;
-            unproven = self.gpu.knn_unproven::<T>(&plan.plan, workspace, self.dim, self.base_norm_max)?.len();
+            unproven = self.run_unproven(&plan, queries.set(), out, workspace)?.len();
             Ok(())
         })?;
         Ok(unproven)
@@ -408,6 +406,30 @@ impl<'a, T: VectorComponent> FlatIndex<'a, T> {
         Ok(Neighbours { distances: out.values, indices: out.indices })
     }
 
+    /// The engine's run of `plan` on `queries` into `out`.
+    fn run_engine(
+        &self,
+        plan: &SearchPlan,
+        queries: VectorSet<T>,
+        out: &mut TopK<f32>,
+        workspace: &DeviceBuffer<u8>,
+    ) -> Result<()> {
+        let run = KnnRun { base_norms: self.norms.global_ptr(), out };
+        self.gpu.run_knn(&plan.plan, (queries, self.base, self.dim), workspace, run)
+    }
+
+    /// [`FlatIndex::run_engine`], then (TF32) the queries its proof leaves unproven.
+    fn run_unproven(
+        &self,
+        plan: &SearchPlan,
+        queries: VectorSet<T>,
+        out: &mut TopK<f32>,
+        workspace: &DeviceBuffer<u8>,
+    ) -> Result<Vec<usize>> {
+        self.run_engine(plan, queries, out, workspace)?;
+        self.gpu.knn_unproven::<T>(&plan.plan, workspace, self.dim, self.base_norm_max)
+    }
+
     /// The engine's run of `plan` on `queries`; for TF32, then the proof, and the `f32`
     /// search of the queries it does not prove, each copied over its row of `out`.
     fn run_core(
@@ -417,45 +439,30 @@ impl<'a, T: VectorComponent> FlatIndex<'a, T> {
         out: &mut TopK<f32>,
         workspace: &DeviceBuffer<u8>,
     ) -> Result<()> {
-        let run = KnnRun { base_norms: self.norms.global_ptr(), out: &mut *out };
-        self.gpu.run_knn(&plan.plan, (queries, self.base, self.dim), workspace, run)?;
-        let unproven = self.gpu.knn_unproven::<T>(&plan.plan, workspace, self.dim, self.base_norm_max)?;
+        let unproven = self.run_unproven(plan, queries, out, workspace)?;
         if unproven.is_empty() {
             return Ok(());
         }
         // The unproven queries side by side, searched in f32, and their rows copied back.
         let (dim, k) = (self.dim, plan.plan.k);
+        let copy = |from: u64, to: u64, bytes: usize| self.gpu.copy_on_device(from, to, bytes);
         let again = self.gpu.alloc_uninit::<T>(unproven.len() * dim)?;
-        let element = size_of::<T>();
         for (row, &query) in unproven.iter().enumerate() {
             let from = queries.data.offset((query * queries.stride) as u64).address();
-            self.gpu.copy_on_device(
-                from,
-                again.global_ptr().offset((row * dim) as u64).address(),
-                dim * element,
-            )?;
+            copy(from, again.global_ptr().offset((row * dim) as u64).address(), dim * size_of::<T>())?;
         }
         let exact =
             self.gpu.plan_knn(unproven.len(), self.base.count, k, self.metric, false, KnnPrecision::F32)?;
         let exact = SearchPlan { gpu: self.gpu.clone(), dim, plan: exact };
-        let searched = self.with_outputs(&exact, |found, scratch| {
-            let again = VectorSet { data: again.global_ptr(), count: unproven.len(), stride: dim };
-            let run = KnnRun { base_norms: self.norms.global_ptr(), out: found };
-            self.gpu.run_knn(&exact.plan, (again, self.base, dim), scratch, run)
-        })?;
+        let again_set = VectorSet { data: again.global_ptr(), count: unproven.len(), stride: dim };
+        let searched =
+            self.with_outputs(&exact, |found, scratch| self.run_engine(&exact, again_set, found, scratch))?;
         for (row, &query) in unproven.iter().enumerate() {
             let (from, to) = ((row * k) as u64, (query * k) as u64);
-            let copy = |from: u64, to: u64, bytes: usize| self.gpu.copy_on_device(from, to, bytes);
-            copy(
-                searched.distances.global_ptr().offset(from).address(),
-                out.values.global_ptr().offset(to).address(),
-                k * 4,
-            )?;
-            copy(
-                searched.indices.global_ptr().offset(from).address(),
-                out.indices.global_ptr().offset(to).address(),
-                k * 8,
-            )?;
+            let distances = (searched.distances.global_ptr(), out.values.global_ptr());
+            copy(distances.0.offset(from).address(), distances.1.offset(to).address(), k * 4)?;
+            let indices = (searched.indices.global_ptr(), out.indices.global_ptr());
+            copy(indices.0.offset(from).address(), indices.1.offset(to).address(), k * 8)?;
         }
         // The copies read buffers freed on return.
         self.gpu.synchronize()
