@@ -84,15 +84,46 @@ struct Vector16([u32; 4]);
 /// of eight for 2-byte keys, four of two each for 8-byte ones); for passes
 /// that count or keep keys whatever their place.
 ///
+/// Plain vector reads, which LLVM schedules with the rest of the kernel. Where a kernel
+/// chooses between this and [`load_keys`] by a flag rather than by the tile's bounds, LLVM
+/// may merge the two into scalar loads: [`load_tile_vectors_opaque`] is for those.
+///
 /// # Safety
-/// The tile is full (`tile_start + TILE` keys at most `keys`' length), and key `tile_start`
-/// is 16-byte aligned (device buffers are, and block ranges start on whole tiles).
+/// The tile is full (`tile_start + TILE` keys at most `keys`' length), and key
+/// `tile_start` is 16-byte aligned (device buffers are, and block ranges start on whole
+/// tiles).
 #[inline(always)]
 pub unsafe fn load_tile_vectors<K: Copy + Default>(keys: GlobalPtr<K>, tile_start: u64) -> [K; TILE_ITEMS] {
-    const { assert!(size_of::<K>() == 2 || size_of::<K>() == 4 || size_of::<K>() == 8) };
     let base = unsafe { keys.as_ptr().add(tile_start as usize) } as *const Vector16;
-    let thread = device::thread_idx_x() as usize;
-    let vector = |j: usize| unsafe { base.add(thread + j * TILE_THREADS as usize).read() }.0;
+    unsafe { unpack_tile(|j| base.add(device::thread_idx_x() as usize + j * TILE_THREADS as usize).read().0) }
+}
+
+/// [`load_tile_vectors`] by one [`device::load_global_v4`] per vector, which LLVM can neither
+/// split nor merge with other loads. (SampleSelect's kernels keep the plain reads: this
+/// measured 0.5–1 % slower on its median, H200 runs 187–188.)
+///
+/// # Safety
+/// As [`load_tile_vectors`], and no thread writes the keys while the kernel runs.
+#[inline(always)]
+pub unsafe fn load_tile_vectors_opaque<K: Copy + Default>(
+    keys: GlobalPtr<K>,
+    tile_start: u64,
+) -> [K; TILE_ITEMS] {
+    let base = unsafe { keys.as_ptr().add(tile_start as usize) } as *const [u32; 4];
+    unsafe {
+        unpack_tile(|j| {
+            device::load_global_v4(
+                base.add(device::thread_idx_x() as usize + j * TILE_THREADS as usize).cast(),
+            )
+        })
+    }
+}
+
+/// The items of a full tile from its thread's 16-byte vectors, `vector(j)` for `j` below
+/// the vectors a thread's items fill.
+#[inline(always)]
+unsafe fn unpack_tile<K: Copy + Default>(vector: impl Fn(usize) -> [u32; 4]) -> [K; TILE_ITEMS] {
+    const { assert!(size_of::<K>() == 2 || size_of::<K>() == 4 || size_of::<K>() == 8) };
     // Word by word into the items (a reinterpreted array of vectors gave a stack frame).
     let mut tile = [K::default(); TILE_ITEMS];
     if size_of::<K>() == 2 {

@@ -477,6 +477,24 @@ pub fn f32_to_bf16(value: f32) -> u16 {
     backend::f32_to_bf16(value)
 }
 
+/// Sixteen bytes of global memory at `address` in one load (`ld.global.v4.u32`). *Any
+/// thread.*
+///
+/// Inline assembly, not a plain vector read, so that LLVM keeps it one instruction: where a
+/// kernel chose between a tile's vector loads and its scalar ones at run time, LLVM merged
+/// the two branches into one set of scalar loads from selected addresses, which read a
+/// warp's 512 bytes in four 4-byte passes at a 16-byte stride (H200, run 186: 74 % of
+/// `multiselect_count_f32`'s sectors excessive, no vector load in its machine code). The
+/// read-only path (`ld.global.nc`) measured 0.8 % slower on SampleSelect's median (run 187).
+///
+/// # Safety
+/// `address` is 16-byte aligned and points into global memory that no thread writes while
+/// the kernel runs.
+#[inline(always)]
+pub unsafe fn load_global_v4(address: *const u32) -> [u32; 4] {
+    unsafe { backend::load_global_v4(address) }
+}
+
 /// `value` rounded to TF32 (10 mantissa bits, `f32`'s exponent), to nearest with ties away
 /// from zero, as the bits of an `f32` whose low 13 bits are zero (`cvt.rna.tf32.f32`; the
 /// same integer rounding in the emulator). Infinities and NaN stay. *Any thread.*

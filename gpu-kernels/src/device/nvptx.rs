@@ -213,6 +213,24 @@ pub fn f32_to_bf16(value: f32) -> u16 {
     };
     bits
 }
+// Inline assembly so that LLVM neither splits it nor merges it with other loads (see the
+// device layer's docs). `pure, readonly`: it reads memory no kernel thread writes.
+#[inline(always)]
+pub unsafe fn load_global_v4(address: *const u32) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    unsafe {
+        asm!(
+            "{{ .reg .u64 %gaddr; cvta.to.global.u64 %gaddr, {address}; ld.global.v4.u32 {{{a}, {b}, {c}, {d}}}, [%gaddr]; }}",
+            address = in(reg64) address,
+            a = out(reg32) a,
+            b = out(reg32) b,
+            c = out(reg32) c,
+            d = out(reg32) d,
+            options(pure, readonly, nostack)
+        )
+    };
+    [a, b, c, d]
+}
 #[inline(always)]
 pub fn f32_to_tf32(value: f32) -> u32 {
     let bits: u32;

@@ -39,7 +39,7 @@
 
 use crate::block::scan::exclusive_scan_add_u64;
 use crate::block::tiles::{
-    BucketRuns, TILE, TILE_ITEMS, TILE_THREADS, TILE_WARPS, block_range, load_keys, load_tile_vectors,
+    BucketRuns, TILE, TILE_ITEMS, TILE_THREADS, TILE_WARPS, block_range, load_keys, load_tile_vectors_opaque,
     unroll_items,
 };
 use crate::device::{self, SharedLayout, SharedRegion, SharedSlice};
@@ -55,6 +55,9 @@ pub const MAX_LABELS: usize = 8192;
 pub const FIRST_SLOTS: usize = 1024;
 /// Blocks of a pass at most.
 pub const MAX_MULTI_BLOCKS: usize = 1024;
+/// A parent's entry in the filter's shared slot table when it is not active (slots are
+/// below [`MAX_LABELS`]; the host's `slot_of` holds `u32::MAX` there).
+pub const NO_SLOT: u16 = u16::MAX;
 /// Threads per block of [`gather`], [`totals`] and [`pick`].
 pub const SMALL_THREADS: u32 = 256;
 /// Keys of a label [`pick`] takes at most.
@@ -87,21 +90,27 @@ pub struct FirstPass {
 }
 
 impl FirstPass {
-    /// The label of a key's ordered bits, from the slot table `entry(slot)`, in the keys'
-    /// own width (32-bit arithmetic for 32-bit keys). The host calls the same function.
+    /// The label of a key's ordered bits, from the slot table `entry(slot)` (`slot <
+    /// FIRST_SLOTS`), in the keys' own width (32-bit arithmetic for 32-bit keys). The host
+    /// calls the same function.
+    ///
+    /// Without branches: the table is read for every key (at a clamped slot for keys outside
+    /// `[lo, hi]`) and the label selected, so a warp's lanes never part. (With three
+    /// branches a key, each with its reconvergence, the filter's machine code spent about 38
+    /// instructions a key on the label and the slot alone: H200, run 189.)
     #[inline(always)]
     pub fn label_of<B: OrderedBits>(&self, bits: B, entry: impl Fn(usize) -> u32) -> u32 {
         let (lo, hi) = (B::from_u64(self.lo), B::from_u64(self.hi));
-        if bits < lo {
-            self.below
-        } else if bits > hi {
-            if bits >= B::from_u64(self.nan) { self.nan_label } else { self.above }
-        } else {
-            let d = bits.wrapping_sub(lo);
-            let entry = entry(d.shr(self.slot_shift).low_u32() as usize);
-            let within = d.and(B::from_u64((1u64 << self.slot_shift) - 1));
-            (entry & 0xffff) + within.shr(entry >> 16).low_u32()
-        }
+        // Keys below `lo` wrap around to above `hi − lo`: one comparison tells the inside.
+        let d = bits.wrapping_sub(lo);
+        let inside = d <= hi.wrapping_sub(lo);
+        let slot = (d.shr(self.slot_shift).low_u32() as usize).min(FIRST_SLOTS - 1);
+        let entry = entry(slot);
+        let within = d.and(B::from_u64((1u64 << self.slot_shift) - 1));
+        let from_table = (entry & 0xffff) + within.shr(entry >> 16).low_u32();
+        let above = if bits >= B::from_u64(self.nan) { self.nan_label } else { self.above };
+        let outside = if bits < lo { self.below } else { above };
+        if inside { from_table } else { outside }
     }
 }
 
@@ -145,9 +154,10 @@ pub struct MultiParams<K> {
     pub counts_in: GlobalPtr<u64>,
     /// The first pass's slot table ([`FIRST_SLOTS`] entries).
     pub table: GlobalPtr<u32>,
-    /// Filters: one bit per parent label, set for the active ones.
+    /// Block counts: one bit per parent label, set for the active ones.
     pub active: GlobalPtr<u32>,
-    /// Filters: the slot (index into `slots`) of each active parent label.
+    /// Filters: the slot (index into `slots`) of each parent label, `u32::MAX` for the
+    /// inactive ones (the filter keeps a key when its parent has a slot).
     pub slot_of: GlobalPtr<u32>,
     /// Filters: each active parent's split into this pass's labels.
     pub slots: GlobalPtr<Split>,
@@ -256,8 +266,8 @@ impl<K> Copy for GatherKeysParams<K> {}
 pub struct PassLayout {
     /// The first pass's slot table.
     pub table: SharedRegion<u32>,
-    /// Filters: the active parents' bitmap.
-    pub active: SharedRegion<u32>,
+    /// Filters: each parent's slot (index into `slots`), [`NO_SLOT`] for inactive parents.
+    pub slot_of: SharedRegion<u16>,
     /// The block's counts per label.
     pub histogram: SharedRegion<u32>,
     /// Filters: the block's next output place (from its region's start).
@@ -275,12 +285,12 @@ impl PassLayout {
     pub const fn new() -> Self {
         let layout = SharedLayout::new();
         let (layout, table) = layout.push::<u32>(FIRST_SLOTS);
-        let (layout, active) = layout.push::<u32>(MAX_LABELS / 32);
+        let (layout, slot_of) = layout.push::<u16>(MAX_LABELS);
         let (layout, histogram) = layout.push::<u32>(MAX_LABELS);
         let (layout, cursor) = layout.push::<u32>(1);
         let (layout, warp_sums) = layout.push::<u64>(TILE_WARPS);
         let (layout, region) = layout.push::<u64>(1);
-        Self { table, active, histogram, cursor, warp_sums, region, bytes: layout.bytes() }
+        Self { table, slot_of, histogram, cursor, warp_sums, region, bytes: layout.bytes() }
     }
 }
 
@@ -396,7 +406,9 @@ unsafe fn publish_row(histogram: &SharedSlice<u32>, rows: GlobalPtr<u32>, labels
 }
 
 /// The keys of the tile at `tile_start`, by 16-byte vectors when `vectors` and the tile is
-/// full (their order within the tile then differs, which no pass here minds).
+/// full (their order within the tile then differs, which no pass here minds). Opaque
+/// vector loads: with plain ones LLVM merged the two branches into scalar loads from
+/// selected addresses (H200, run 186).
 ///
 /// # Safety
 /// As [`load_keys`]; with `vectors`, key `tile_start` is 16-byte aligned.
@@ -408,7 +420,7 @@ unsafe fn load_any_order<K: Key>(
     vectors: bool,
 ) -> [K; TILE_ITEMS] {
     if vectors && tile_start + TILE <= end {
-        unsafe { load_tile_vectors(keys, tile_start) }
+        unsafe { load_tile_vectors_opaque(keys, tile_start) }
     } else {
         unsafe { load_keys(keys, tile_start, end) }
     }
@@ -436,9 +448,16 @@ pub unsafe fn count<K: Key>(params: MultiParams<K>) {
     let vectors = params.keys.address().is_multiple_of(16);
     let (mut smallest, mut largest) = (K::Bits::MAX, K::Bits::MIN);
     let mut runs = BucketRuns::new();
+    // Tile t + 1 is loaded before tile t is counted, so that loads are in flight while the
+    // block counts (as SampleSelect's count does).
+    let load = |at: u64| unsafe { load_any_order(params.keys, at, end, vectors) };
+    let mut next = if start < end { load(start) } else { [K::default(); TILE_ITEMS] };
     let mut tile_start = start;
     while tile_start < end {
-        let keys = unsafe { load_any_order(params.keys, tile_start, end, vectors) };
+        let keys = next;
+        if tile_start + TILE < end {
+            next = load(tile_start + TILE);
+        }
         let first = tile_start + device::thread_idx_x() as u64;
         let full = tile_start + TILE <= end;
         unroll_items!(i => {
@@ -496,9 +515,10 @@ unsafe fn region_start(
 /// place), and counted per block.
 ///
 /// # Safety
-/// As [`count`]; `parent_labels ≤ MAX_LABELS` bits at `active`; `slot_of` and `slots` hold
-/// every active parent's subdivision, whose labels are below `labels`; `counts_out` as
-/// [`block_counts`] computed them from the previous pass's rows and the same `active`, or
+/// As [`count`]; `parent_labels ≤ MAX_LABELS` entries at `slot_of`, below [`MAX_LABELS`]
+/// for the active parents and `u32::MAX` for the others; `slots` holds every active
+/// parent's subdivision, whose labels are below `labels`; `counts_out` as [`block_counts`]
+/// computed them from the previous pass's rows and the same active parents, or
 /// `starts` with room for each label's keys; candidate passes: `counts_in` as the previous
 /// filter's `counts_out`, with the same `blocks`.
 pub unsafe fn filter<K: Key>(params: MultiParams<K>) {
@@ -506,21 +526,23 @@ pub unsafe fn filter<K: Key>(params: MultiParams<K>) {
         return;
     }
     let layout = PassLayout::new();
-    let (histogram, active, cursor) =
-        unsafe { (layout.histogram.bind(), layout.active.bind(), layout.cursor.bind()) };
+    let (histogram, slot_of, cursor) =
+        unsafe { (layout.histogram.bind(), layout.slot_of.bind(), layout.cursor.bind()) };
     let (warp_sums, region) = unsafe { (layout.warp_sums.bind(), layout.region.bind()) };
     unsafe { clear(&histogram, params.labels as usize) };
-    let words = (params.parent_labels as usize).div_ceil(32);
+    // Each parent's slot, in shared memory: one load tells whether a key is kept and where
+    // its parent's split is.
     let mut i = device::thread_idx_x() as usize;
-    while i < words {
-        unsafe { active.store(i, params.active.read(i as u64)) };
+    while i < params.parent_labels as usize {
+        let slot = unsafe { params.slot_of.read(i as u64) }.min(NO_SLOT as u32) as u16;
+        unsafe { slot_of.store(i, slot) };
         i += MULTI_THREADS as usize;
     }
     if device::thread_idx_x() == 0 {
         unsafe { cursor.store(0, 0) };
     }
     let data_pass = params.labels_in.is_null();
-    let first_labels = if data_pass { Some(unsafe { FirstLabels::load(&params, &layout) }) } else { None };
+    let first_labels = unsafe { FirstLabels::load(&params, &layout) };
 
     let (start, end) = if data_pass {
         block_range(params.len, params.blocks)
@@ -534,78 +556,135 @@ pub unsafe fn filter<K: Key>(params: MultiParams<K>) {
         0
     };
     unsafe { device::sync_threads() };
-    let vectors = data_pass && params.keys.address().is_multiple_of(16);
-    let mut tile_start = start;
-    while tile_start < end {
-        let keys = unsafe { load_any_order(params.keys, tile_start, end, vectors) };
-        let parents =
-            if data_pass { [0; TILE_ITEMS] } else { unsafe { load_keys(params.labels_in, tile_start, end) } };
-        let first = tile_start + device::thread_idx_x() as u64;
-        let full = tile_start + TILE <= end;
-        unroll_items!(i => {
-            let key = keys[i];
-            let valid = full || first + (i as u64) * (TILE_THREADS as u64) < end;
-            let parent = match &first_labels {
-                Some(first_labels) if valid => unsafe { first_labels.label_of(key) },
-                _ => parents[i],
-            };
-            let keep = valid && unsafe { active.load(parent as usize / 32) } >> (parent % 32) & 1 != 0;
-            unsafe { keep_key(&params, &histogram, &cursor, out_start, key, parent, keep) };
-        });
-        tile_start += TILE;
+    let pass =
+        FilterPass { params: &params, histogram: &histogram, slot_of: &slot_of, cursor: &cursor, out_start };
+    // The loop twice, so that neither tests which pass it is in for every key.
+    if data_pass {
+        unsafe { pass.filter_range::<true>(&first_labels, start, end) };
+    } else {
+        unsafe { pass.filter_range::<false>(&first_labels, start, end) };
     }
     unsafe { publish_row(&histogram, params.rows, params.labels as usize) };
 }
 
-/// Counts `key` (when `keep`) under its child label in its parent's split and, unless the
-/// child is a single bit pattern, appends it with that label: to the block's output (one
-/// shared atomic per warp reserves the warp's places) or, for the last filter, at its
+/// What a filter's tiles share.
+struct FilterPass<'a, K> {
+    params: &'a MultiParams<K>,
+    histogram: &'a SharedSlice<u32>,
+    slot_of: &'a SharedSlice<u16>,
+    cursor: &'a SharedSlice<u32>,
+    out_start: u64,
+}
+
+impl<K: Key> FilterPass<'_, K> {
+    /// Filters keys `start .. end`: of the data (`DATA_PASS`: parents are first-pass
+    /// labels) or of the previous filter's candidates (parents read beside them).
+    ///
+    /// # Safety
+    /// *Block-wide*; as [`filter`], after its set-up and a barrier.
+    #[inline(always)]
+    unsafe fn filter_range<const DATA_PASS: bool>(&self, first_labels: &FirstLabels, start: u64, end: u64) {
+        let params = self.params;
+        let vectors = DATA_PASS && params.keys.address().is_multiple_of(16);
+        // Tile t + 1's keys are loaded before tile t is filtered, as in the count; not for
+        // 64-bit keys, whose filter it takes from 64 to 96 registers (two blocks a
+        // multiprocessor instead of the three of a wave).
+        let prefetch = size_of::<K>() <= 4;
+        let load = |at: u64| unsafe { load_any_order(params.keys, at, end, vectors) };
+        let mut next = if prefetch && start < end { load(start) } else { [K::default(); TILE_ITEMS] };
+        let mut tile_start = start;
+        while tile_start < end {
+            let keys = if prefetch { next } else { load(tile_start) };
+            if prefetch && tile_start + TILE < end {
+                next = load(tile_start + TILE);
+            }
+            let parents = if DATA_PASS {
+                [0; TILE_ITEMS]
+            } else {
+                unsafe { load_keys(params.labels_in, tile_start, end) }
+            };
+            let first = tile_start + device::thread_idx_x() as u64;
+            let full = tile_start + TILE <= end;
+            let mut slots = [NO_SLOT; TILE_ITEMS];
+            unroll_items!(i => {
+                let valid = full || first + (i as u64) * (TILE_THREADS as u64) < end;
+                let parent = if DATA_PASS { unsafe { first_labels.label_of(keys[i]) } } else { parents[i] };
+                if valid {
+                    slots[i] = unsafe { self.slot_of.load(parent as usize) };
+                }
+            });
+            unsafe { keep_tile(params, self.histogram, self.cursor, self.out_start, &keys, &slots) };
+            tile_start += TILE;
+        }
+    }
+}
+
+/// Counts each of the thread's keys whose parent has a slot (not [`NO_SLOT`]) under its
+/// child label in its parent's split and, unless the child is a single bit pattern,
+/// appends it with that label: to the block's output or, for the last filter, at its
 /// parent's next place.
+///
+/// In two phases, so that a warp reserves its places for the whole tile with one shared
+/// atomic: first every item is labelled and counted and a ballot per item marks the lanes
+/// that write; then the writes. (One reservation per item made each item wait for the
+/// atomic and a shuffle in turn: with 2.5 % of the keys kept, over half a warp's items keep
+/// one.)
 ///
 /// # Safety
 /// *Warp-wide* (every lane calls it together); as [`filter`].
 #[inline(always)]
-unsafe fn keep_key<K: Key>(
+unsafe fn keep_tile<K: Key>(
     params: &MultiParams<K>,
     histogram: &SharedSlice<u32>,
     cursor: &SharedSlice<u32>,
     out_start: u64,
-    key: K,
-    parent: u32,
-    keep: bool,
+    keys: &[K; TILE_ITEMS],
+    slots: &[u16; TILE_ITEMS],
 ) {
-    if unsafe { !device::any(u32::MAX, keep) } {
+    let kept = slots.iter().any(|&slot| slot != NO_SLOT);
+    if unsafe { !device::any(u32::MAX, kept) } {
         return;
     }
-    let (mut label, mut slot, mut write) = (0, 0, false);
-    if keep {
-        slot = unsafe { params.slot_of.read(parent as u64) };
-        let split = unsafe { params.slots.read(slot as u64) };
-        label = split.label_of(key.to_ordered());
-        write = split.shift != 0;
-        unsafe { histogram.atomic_add(label as usize, 1) };
-    }
-    let mask = unsafe { device::ballot(u32::MAX, write) };
-    if mask == 0 {
-        return;
-    }
-    let leader = mask.trailing_zeros();
-    let mut base = 0;
-    if device::lane_id() == leader && params.starts.is_null() {
-        base = unsafe { cursor.atomic_add(0, mask.count_ones()) };
-    }
-    let base = unsafe { device::shfl_idx_u32(u32::MAX, base, leader) };
-    if write {
-        let place = if params.starts.is_null() {
-            out_start + (base + (mask & device::lanemask_lt()).count_ones()) as u64
-        } else {
-            unsafe { device::global_atomic_add_u64(params.starts.as_ptr().add(slot as usize), 1) }
-        };
-        unsafe {
-            params.keys_out.write(place, key);
-            params.labels_out.write(place, label);
+    let child = |i: usize| {
+        let split = unsafe { params.slots.read(slots[i] as u64) };
+        (split.label_of(keys[i].to_ordered()), split.shift != 0)
+    };
+    let mut writers = [0u32; TILE_ITEMS];
+    let mut written = 0;
+    unroll_items!(i => {
+        let mut write = false;
+        if slots[i] != NO_SLOT {
+            let (label, writes) = child(i);
+            unsafe { histogram.atomic_add(label as usize, 1) };
+            write = writes;
         }
+        writers[i] = unsafe { device::ballot(u32::MAX, write) };
+        written += writers[i].count_ones();
+    });
+    if written == 0 {
+        return;
     }
+    let lane = device::lane_id();
+    let mut base = 0;
+    if lane == 0 && params.starts.is_null() {
+        base = unsafe { cursor.atomic_add(0, written) };
+    }
+    let place = out_start + unsafe { device::shfl_idx_u32(u32::MAX, base, 0) } as u64;
+    unroll_items!(i => {
+        if writers[i] >> lane & 1 != 0 {
+            let (label, _) = child(i);
+            let at = if params.starts.is_null() {
+                let before: u32 = writers[..i].iter().map(|w| w.count_ones()).sum();
+                place + (before + (writers[i] & device::lanemask_lt()).count_ones()) as u64
+            } else {
+                unsafe { device::global_atomic_add_u64(params.starts.as_ptr().add(slots[i] as usize), 1) }
+            };
+            unsafe {
+                params.keys_out.write(at, keys[i]);
+                params.labels_out.write(at, label);
+            }
+        }
+    });
 }
 
 /// The `multiselect_block_counts_<key>` kernel (a block per count row): `counts_out[b]` =

@@ -50,9 +50,9 @@ unsafe impl DeviceValue for Pick {}
 pub(crate) const SAMPLE_SIZE: usize = 1024;
 /// Inputs of at most this many keys are sorted whole (with `Auto`).
 pub(crate) const SORT_WHOLE_MAX: usize = 1 << 16;
-/// Blocks per multiprocessor of the count and filter passes: one wave (the filter takes 70
-/// registers per thread on sm_90, so three blocks of 256 threads fit; each pass takes
-/// 37 KiB of shared memory).
+/// Blocks per multiprocessor of the count and filter passes: one wave (the filter takes up
+/// to 80 registers per thread on sm_90, so three blocks of 256 threads fit; each pass takes
+/// 53 KiB of shared memory).
 const BLOCKS_PER_SM: u32 = 3;
 /// Filters at most before the kept keys are sorted: each split at least halves a label's
 /// range of bits, so a run needs about 64 / 13 of them; more means labels that split
@@ -453,6 +453,26 @@ impl Exchange for Alone {
     }
 }
 
+/// Host tables bound for the device together, each at a 16-byte boundary of one byte
+/// buffer: a filter round's tables go in one upload, not five (each upload waits for the
+/// stream).
+#[derive(Default)]
+struct Tables {
+    bytes: Vec<u8>,
+}
+
+impl Tables {
+    /// Appends `values`; returns their byte offset.
+    fn push<T: DeviceValue>(&mut self, values: &[T]) -> u64 {
+        let at = self.bytes.len().next_multiple_of(16);
+        self.bytes.resize(at, 0);
+        // Safety: a `DeviceValue` has no padding (every byte is initialised) and no pointers.
+        let raw = unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), size_of_val(values)) };
+        self.bytes.extend_from_slice(raw);
+        at as u64
+    }
+}
+
 /// One bucket multiselect run: its buffers and launch parameters.
 struct BucketRun<'a, K: SelectKey> {
     gpu: &'a Gpu,
@@ -696,12 +716,15 @@ impl<'a, K: SelectKey> BucketRun<'a, K> {
                 data_passes += 1;
             }
             let filtered = (|| -> Result<(DeviceBuffer<K>, DeviceBuffer<u32>)> {
-                let bitmap_on_device = gpu.upload(&bitmap)?;
-                let written_on_device = gpu.upload(&written)?;
-                let slot_of_on_device = gpu.upload(&slot_of)?;
-                let slots_on_device = gpu.upload(&slots)?;
-                let starts_on_device =
-                    if finish == Finish::Pick { Some(gpu.upload(&label_starts)?) } else { None };
+                // The round's tables in one upload: each upload waits for the stream.
+                let mut tables = Tables::default();
+                let bitmap_at = tables.push(&bitmap);
+                let written_at = tables.push(&written);
+                let slot_of_at = tables.push(&slot_of);
+                let slots_at = tables.push(&slots);
+                let starts_at = (finish == Finish::Pick).then(|| tables.push(&label_starts));
+                let tables_on_device = gpu.upload(&tables.bytes)?;
+                let tables_address = tables_on_device.global_ptr().address();
                 let keys_out = gpu.alloc_uninit::<K>(local_kept as usize)?;
                 let labels_out = gpu.alloc_uninit::<u32>(local_kept as usize)?;
                 let (keys_in, labels_in, len) = match &candidates {
@@ -715,11 +738,12 @@ impl<'a, K: SelectKey> BucketRun<'a, K> {
                     counts_in: self.counts[0].global_ptr(),
                     table: table_on_device.global_ptr(),
                     first: first_pass,
-                    active: bitmap_on_device.global_ptr(),
-                    slot_of: slot_of_on_device.global_ptr(),
-                    slots: slots_on_device.global_ptr(),
+                    active: GlobalPtr::from_address(tables_address + bitmap_at),
+                    slot_of: GlobalPtr::from_address(tables_address + slot_of_at),
+                    slots: GlobalPtr::from_address(tables_address + slots_at),
                     counts_out: self.counts[1].global_ptr(),
-                    starts: starts_on_device.as_ref().map_or(GlobalPtr::null(), |s| s.global_ptr()),
+                    starts: starts_at
+                        .map_or(GlobalPtr::null(), |at| GlobalPtr::from_address(tables_address + at)),
                     keys_out: keys_out.global_ptr(),
                     labels_out: labels_out.global_ptr(),
                     labels: next_labels,
@@ -733,7 +757,10 @@ impl<'a, K: SelectKey> BucketRun<'a, K> {
                         block_threads: MULTI_THREADS,
                         shared_bytes: BlockCountsLayout::new().bytes,
                     };
-                    let written = MultiParams { active: written_on_device.global_ptr(), ..filter };
+                    let written = MultiParams {
+                        active: GlobalPtr::from_address(tables_address + written_at),
+                        ..filter
+                    };
                     gpu.launch(K::MULTISELECT_BLOCK_COUNTS, shape, written)?;
                 }
                 gpu.launch(K::MULTISELECT_FILTER, self.pass_shape(), filter)?;

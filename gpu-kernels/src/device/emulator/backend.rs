@@ -247,6 +247,10 @@ pub fn f32_to_f16(value: f32) -> u16 {
 pub fn f32_to_bf16(value: f32) -> u16 {
     half::bf16::from_f32(value).to_bits()
 }
+pub unsafe fn load_global_v4(address: *const u32) -> [u32; 4] {
+    debug_assert!(address.addr().is_multiple_of(16), "a 16-byte load from an unaligned address");
+    unsafe { (address as *const [u32; 4]).read() }
+}
 pub fn f32_to_tf32(value: f32) -> u32 {
     let bits = value.to_bits();
     if !value.is_finite() {
