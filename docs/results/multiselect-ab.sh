@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
-# Same-call A/B of two bench binaries (.gpu-run/bench-base.xz, .gpu-run/bench-new.xz),
-# alternating, ROUNDS rounds (default 2): bucket multiselect at 2^28 (section `quantiles`,
+# Same-call A/B of bench binaries (.gpu-run/bench-SIDE.xz for each SIDE in SIDES, default
+# "base new"), alternating, ROUNDS rounds (default 2): bucket multiselect at 2^28 (section `quantiles`,
 # m = 101 and 1001, four shapes) and the headline top-k and median cases of section
 # `sizes`, whose kernels share the tile loads (bitonic k = 32 and 1024, SampleSelect's
 # median), each beside the read floor of its run.
+# SECTIONS (default "quantiles sizes") picks the sections.
 # Usage, from the repository root on the GPU machine: docs/results/multiselect-ab.sh
 set -uo pipefail
 source "$(dirname "$0")/gpu-lib.sh"
-for side in base new; do rm -f /tmp/bench-$side; unpack bench-$side; done
+sides=${SIDES:-base new}
+for side in $sides; do rm -f /tmp/bench-$side; unpack bench-$side; done
 status=0
 quantiles='BucketMultiselect f32 n=2\^28'
 sizes='bitonic f32 n=2\^28 k=(32|1024) uniform|sample f32 n=2\^28 k=134217728 uniform'
 for round in $(seq "${ROUNDS:-2}"); do
-  for side in base new; do
+  for side in $sides; do
     echo "--- round $round, $side"
-    for section in quantiles sizes; do
+    for section in ${SECTIONS:-quantiles sizes}; do
       if [ $section = quantiles ]; then filter=$quantiles; else filter=$sizes; fi
       dir=/tmp/ab-$side-$round-$section
       GPU_SELECT_BENCH_SECTIONS=$section GPU_SELECT_RESULTS_DIR=$dir timeout 250 \
