@@ -154,7 +154,8 @@ pub struct MultiParams<K> {
     pub counts_in: GlobalPtr<u64>,
     /// The first pass's slot table ([`FIRST_SLOTS`] entries).
     pub table: GlobalPtr<u32>,
-    /// Block counts: one bit per parent label, set for the active ones.
+    /// Block counts: one bit per parent label, set for the active ones whose keys the next
+    /// filter writes (not those whose children are all single bit patterns).
     pub active: GlobalPtr<u32>,
     /// Filters: the slot (index into `slots`) of each parent label, `u32::MAX` for the
     /// inactive ones (the filter keeps a key when its parent has a slot).

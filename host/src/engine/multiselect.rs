@@ -454,7 +454,7 @@ impl Exchange for Alone {
 }
 
 /// Host tables bound for the device together, each at a 16-byte boundary of one byte
-/// buffer: a filter round's tables go in one upload, not five (each upload waits for the
+/// buffer: a filter round's tables go in one upload, not four (each upload waits for the
 /// stream).
 #[derive(Default)]
 struct Tables {
@@ -689,13 +689,13 @@ impl<'a, K: SelectKey> BucketRun<'a, K> {
             }
             let next_labels = next_space.labels() as u32;
             let parent_labels = space.labels() as u32;
-            let mut bitmap = vec![0u32; (parent_labels as usize).div_ceil(32)];
             // The parents whose keys are written (children of one bit pattern are only
-            // counted; none to finish, as such labels are answered above).
+            // counted; none to finish, as such labels are answered above): the blocks' counts
+            // of them place each block's output. The filter keeps a key when its parent has a
+            // slot.
             let mut written = vec![0u32; (parent_labels as usize).div_ceil(32)];
             let mut slot_of = vec![u32::MAX; parent_labels as usize];
             for (slot, &label) in active.iter().enumerate() {
-                bitmap[label as usize / 32] |= 1 << (label % 32);
                 if slots[slot].shift > 0 {
                     written[label as usize / 32] |= 1 << (label % 32);
                 }
@@ -718,7 +718,6 @@ impl<'a, K: SelectKey> BucketRun<'a, K> {
             let filtered = (|| -> Result<(DeviceBuffer<K>, DeviceBuffer<u32>)> {
                 // The round's tables in one upload: each upload waits for the stream.
                 let mut tables = Tables::default();
-                let bitmap_at = tables.push(&bitmap);
                 let written_at = tables.push(&written);
                 let slot_of_at = tables.push(&slot_of);
                 let slots_at = tables.push(&slots);
@@ -738,7 +737,7 @@ impl<'a, K: SelectKey> BucketRun<'a, K> {
                     counts_in: self.counts[0].global_ptr(),
                     table: table_on_device.global_ptr(),
                     first: first_pass,
-                    active: GlobalPtr::from_address(tables_address + bitmap_at),
+                    active: GlobalPtr::from_address(tables_address + written_at),
                     slot_of: GlobalPtr::from_address(tables_address + slot_of_at),
                     slots: GlobalPtr::from_address(tables_address + slots_at),
                     counts_out: self.counts[1].global_ptr(),
@@ -757,11 +756,7 @@ impl<'a, K: SelectKey> BucketRun<'a, K> {
                         block_threads: MULTI_THREADS,
                         shared_bytes: BlockCountsLayout::new().bytes,
                     };
-                    let written = MultiParams {
-                        active: GlobalPtr::from_address(tables_address + written_at),
-                        ..filter
-                    };
-                    gpu.launch(K::MULTISELECT_BLOCK_COUNTS, shape, written)?;
+                    gpu.launch(K::MULTISELECT_BLOCK_COUNTS, shape, filter)?;
                 }
                 gpu.launch(K::MULTISELECT_FILTER, self.pass_shape(), filter)?;
                 Ok((keys_out, labels_out))
