@@ -44,7 +44,7 @@ for step in "$@"; do
     ncu-source) unpack $name
       # Stall samples per SASS instruction of the 3rd launch of each kernel matching
       # KERNELS (regex) in SECTION (bench binaries) or of an example (names example-*),
-      # as CSV files under $OUT, one per kernel.
+      # as CSV files under $OUT, one per kernel (docs/results/ncu_stalls.py summarises one).
       report=/tmp/source-$name
       if [[ $name == example-* ]]; then command=(/tmp/$name); else command=(/tmp/$name --bench); fi
       GPU_SELECT_BENCH_SECTIONS=${SECTION:-half} QUANTILES_LOG_N=${LOG_N:-26} timeout 300 /usr/local/cuda/bin/ncu \
