@@ -359,6 +359,12 @@ fn radix_shapes(gpu: &Gpu) -> Vec<(usize, usize, usize)> {
         (1, 20_000, 100),
         (1, 40_000, 256),
         (1, 20_000, 300),
+        // Rows that start off a 16-byte boundary, longer than a tile of 16-byte vector
+        // loads (4096 32-bit keys, 8192 16-bit ones): the keys before the boundary, the
+        // vector tiles, the keys after them; longer than the pool, so the sample's read
+        // too (and, on all-equal rows, its early stop).
+        (8, 9001, 7),
+        (3, 17_003, 300),
     ];
     if !common::on_emulator(gpu) {
         shapes.extend([

@@ -126,27 +126,44 @@ unsafe fn unpack_tile<K: Copy + Default>(vector: impl Fn(usize) -> [u32; 4]) -> 
     const { assert!(size_of::<K>() == 2 || size_of::<K>() == 4 || size_of::<K>() == 8) };
     // Word by word into the items (a reinterpreted array of vectors gave a stack frame).
     let mut tile = [K::default(); TILE_ITEMS];
+    let per_vector = 16 / size_of::<K>();
     if size_of::<K>() == 2 {
         // One vector of eight 16-bit keys: keys `tile_start + 8·thread …`.
         let words = vector(0);
         for (i, item) in tile.iter_mut().enumerate() {
-            let half = (words[i / 2] >> (16 * (i % 2))) as u16;
-            *item = unsafe { core::mem::transmute_copy::<u16, K>(&half) };
+            *item = unsafe { key_in_vector(&words, i) };
         }
     } else if size_of::<K>() == 4 {
         let words = [vector(0), vector(1)];
         for (i, item) in tile.iter_mut().enumerate() {
-            *item = unsafe { core::mem::transmute_copy::<u32, K>(&words[i / 4][i % 4]) };
+            *item = unsafe { key_in_vector(&words[i / per_vector], i % per_vector) };
         }
     } else {
         let words = [vector(0), vector(1), vector(2), vector(3)];
         for (i, item) in tile.iter_mut().enumerate() {
-            let (low, high) = (words[i / 2][2 * (i % 2)], words[i / 2][2 * (i % 2) + 1]);
-            let bits = low as u64 | (high as u64) << 32;
-            *item = unsafe { core::mem::transmute_copy::<u64, K>(&bits) };
+            *item = unsafe { key_in_vector(&words[i / per_vector], i % per_vector) };
         }
     }
     tile
+}
+
+/// Key `e` of a 16-byte vector of keys of 2, 4 or 8 bytes, as memory holds them
+/// (little-endian: the first key in the lowest bits of the first word).
+///
+/// # Safety
+/// `K` is a plain 2-, 4- or 8-byte key, `e < 16 / size_of::<K>()`.
+#[inline(always)]
+pub unsafe fn key_in_vector<K: Copy>(words: &[u32; 4], e: usize) -> K {
+    const { assert!(size_of::<K>() == 2 || size_of::<K>() == 4 || size_of::<K>() == 8) };
+    if size_of::<K>() == 2 {
+        let half = (words[e / 2] >> (16 * (e % 2))) as u16;
+        unsafe { core::mem::transmute_copy::<u16, K>(&half) }
+    } else if size_of::<K>() == 4 {
+        unsafe { core::mem::transmute_copy::<u32, K>(&words[e]) }
+    } else {
+        let bits = words[2 * e] as u64 | (words[2 * e + 1] as u64) << 32;
+        unsafe { core::mem::transmute_copy::<u64, K>(&bits) }
+    }
 }
 
 /// Counts buckets into a block's histogram, one thread's items at a time: a run of equal

@@ -88,8 +88,15 @@ const fn pool_len<B>() -> u64 {
 pub const MAX_RADIX_ROWS_K: u32 = MAX_BLOCK_SORT_LEN;
 /// Warps per block.
 const WARPS: usize = (RADIX_ROWS_THREADS / 32) as usize;
-/// Keys per thread and tile, all loaded before any is used.
+/// Keys per thread and tile of the ordered (tie) placement and of a row's unaligned end.
 const ITEMS: usize = 16;
+/// 16-byte vectors per thread and tile of a row's aligned body: 64 bytes of 16- and 32-bit
+/// keys, 128 of 64-bit keys (16 keys a thread, as [`ITEMS`]).
+const fn tile_vectors<K>() -> usize {
+    if size_of::<K>() == 8 { 8 } else { 4 }
+}
+/// The most of [`tile_vectors`].
+const MAX_VECTORS: usize = 8;
 /// Keys a block reads per tile.
 const TILE: u64 = RADIX_ROWS_THREADS as u64 * ITEMS as u64;
 /// Entries of one set of ordered-placement counts: one per (item, warp), plus the total.
@@ -156,7 +163,7 @@ struct Row<K: Key> {
     keys: GlobalPtr<K>,
     start: u64,
     len: u64,
-    /// XOR-ed into the ordered bits: all ones for "largest".
+    /// XOR-ed into the ordered bits: [`order_flip`].
     flip: K::Bits,
 }
 
@@ -166,20 +173,26 @@ impl<K: Key> Row<K> {
         key.to_ordered().xor(self.flip)
     }
 
-    /// Calls `visit(rank, position)` for every key of the row, each thread for its own
-    /// (positions `tile + 256·i + thread`): a tile's [`ITEMS`] loads per thread are all
-    /// issued before the first key is visited.
+    /// Calls `visit(rank, position)` for every key of the row, each thread for its own, in
+    /// no particular order: the row's 16-byte aligned body by tiles of [`tile_vectors`] 16-byte
+    /// vectors a thread (64 bytes: 16 keys of 32 bits, 32 of 16 bits), all loaded before the
+    /// first is visited; the keys before its first 16-byte boundary and after its last whole
+    /// tile one by one.
     #[inline(always)]
     unsafe fn for_each(&self, visit: impl FnMut(K::Bits, u64)) {
         unsafe { self.for_each_until::<false>(|| false, visit) }
     }
 
     /// [`Row::for_each`], but with `MAY_STOP` a warp skips its remaining whole tiles once
-    /// `stop` (asked by lane 0 before each tile) holds; the last, partial tile is always
-    /// visited. (Without `MAY_STOP` no vote is compiled in.)
+    /// `stop` (asked by lane 0 before each tile) holds; the keys after the last whole tile
+    /// are always visited. (Without `MAY_STOP` no vote is compiled in.)
+    ///
+    /// A tile's bytes, not its keys, are what the time of a long row's read follows: a block
+    /// reads its row one tile after another, each a memory latency (H200 runs 185, 188: bf16
+    /// and f32 rows of the same shape took the same time, a 16-bit key a 2-byte load).
     ///
     /// # Safety
-    /// *Warp-wide* (whole warps call it together).
+    /// *Warp-wide* (whole warps call it together); the kernel writes no key.
     #[inline(always)]
     unsafe fn for_each_until<const MAY_STOP: bool>(
         &self,
@@ -187,28 +200,54 @@ impl<K: Key> Row<K> {
         mut visit: impl FnMut(K::Bits, u64),
     ) {
         let thread = device::thread_idx_x() as u64;
-        let mut tile = 0;
-        while tile + TILE <= self.len {
-            if MAY_STOP && unsafe { device::any(device::FULL_WARP, device::lane_id() == 0 && stop()) } {
-                tile = self.len - self.len % TILE;
-                break;
+        let key_bytes = size_of::<K>() as u64;
+        // Keys of the row before its first 16-byte boundary (keys are aligned to their size).
+        let address = self.keys.address() + self.start * key_bytes;
+        let head = ((16 - address % 16) % 16 / key_bytes).min(self.len);
+        if thread < head {
+            visit(self.rank(unsafe { self.keys.read(self.start + thread) }), thread);
+        }
+        let per_vector = 16 / key_bytes;
+        let tile_keys = RADIX_ROWS_THREADS as u64 * tile_vectors::<K>() as u64 * per_vector;
+        let body_end = head + (self.len - head) / tile_keys * tile_keys;
+        // Vector `j` of the thread holds keys `tile + per_vector·(thread + 256·j) …`.
+        let load = |tile: u64| {
+            let vectors = unsafe { self.keys.as_ptr().add((self.start + tile) as usize) } as *const u32;
+            let mut words = [[0u32; 4]; MAX_VECTORS];
+            for (j, vector) in words[..tile_vectors::<K>()].iter_mut().enumerate() {
+                let at = (thread + (j * RADIX_ROWS_THREADS as usize) as u64) as usize;
+                *vector = unsafe { device::load_global_v4(vectors.add(4 * at)) };
             }
-            let mut keys = [K::default(); ITEMS];
-            for (i, key) in keys.iter_mut().enumerate() {
-                *key = unsafe {
-                    self.keys.read(self.start + tile + i as u64 * RADIX_ROWS_THREADS as u64 + thread)
-                };
+            words
+        };
+        // Tile `t + 1` is loaded before tile `t` is visited: two tiles in flight a thread.
+        let mut tile = head;
+        let mut next_words = if tile < body_end { load(tile) } else { [[0u32; 4]; MAX_VECTORS] };
+        while tile < body_end {
+            let words = next_words;
+            let stopping =
+                MAY_STOP && unsafe { device::any(device::FULL_WARP, device::lane_id() == 0 && stop()) };
+            let next = if stopping { body_end } else { tile + tile_keys };
+            if next < body_end {
+                next_words = load(next);
             }
-            for (i, key) in keys.iter().enumerate() {
-                visit(self.rank(*key), tile + i as u64 * RADIX_ROWS_THREADS as u64 + thread);
+            for (j, vector) in words[..tile_vectors::<K>()].iter().enumerate() {
+                let first = tile + (thread + (j * RADIX_ROWS_THREADS as usize) as u64) * per_vector;
+                for e in 0..per_vector as usize {
+                    let key = unsafe { block::tiles::key_in_vector::<K>(vector, e) };
+                    visit(self.rank(key), first + e as u64);
+                }
+            }
+            tile = next;
+        }
+        while tile < self.len {
+            for i in 0..ITEMS as u64 {
+                let position = tile + i * RADIX_ROWS_THREADS as u64 + thread;
+                if position < self.len {
+                    visit(self.rank(unsafe { self.keys.read(self.start + position) }), position);
+                }
             }
             tile += TILE;
-        }
-        for i in 0..ITEMS as u64 {
-            let position = tile + i * RADIX_ROWS_THREADS as u64 + thread;
-            if position < self.len {
-                visit(self.rank(unsafe { self.keys.read(self.start + position) }), position);
-            }
         }
     }
 }
@@ -278,11 +317,34 @@ impl<B: OrderedBits> Narrowed<B> {
     }
 }
 
+/// Bits below a key's in its rank: 16 for 16-bit keys, which rank in the high half of a
+/// `u32` (`crate::key`), else 0.
+#[inline(always)]
+fn padding_bits<K: Key>() -> u32 {
+    K::Bits::BITS - 8 * size_of::<K>() as u32
+}
+
+/// What a key's ordered bits are XOR-ed with to give its rank: for "largest" its own bits
+/// (not the padding below them, which stays zero in every rank), else nothing.
+#[inline(always)]
+fn order_flip<K: Key>(largest: bool) -> K::Bits {
+    if largest { K::Bits::from_u64(u64::MAX << padding_bits::<K>()) } else { K::Bits::MIN }
+}
+
+/// Whether bits of the keys' ranks are left to narrow: once the digits reach the padding
+/// ([`padding_bits`]) every bit of the key is chosen, and a further pass would find all the
+/// candidates in one bin (a pass lost whenever ties straddle the `k`-th best, as they often
+/// do among bf16 logits).
+#[inline(always)]
+fn bits_left<K: Key>(narrowed: &Narrowed<K::Bits>) -> bool {
+    narrowed.shift > padding_bits::<K>()
+}
+
 /// One histogram pass: the next digit of the `wanted`-th best rank among those with the
 /// prefix. Ends with the narrowed state every thread agrees on.
 ///
 /// # Safety
-/// *Block-wide*; `narrowed.shift > 0` and `better < wanted ≤ better + in_prefix`.
+/// *Block-wide*; [`bits_left`] and `better < wanted ≤ better + in_prefix`.
 #[inline(always)]
 unsafe fn narrow<K: Key>(
     row: &impl Ranked<K::Bits>,
@@ -425,7 +487,7 @@ unsafe fn speculate<K: Key>(
     let sample = Pool { bits, positions, len: SAMPLE as usize };
     // `narrow` clears the histogram and waits for the block before it visits the sample.
     let mut narrowed = Narrowed { shift: K::Bits::BITS, prefix: K::Bits::MIN, better: 0, in_prefix: SAMPLE };
-    while narrowed.candidates() > sample_wanted && narrowed.shift > 0 {
+    while narrowed.candidates() > sample_wanted && bits_left::<K>(&narrowed) {
         narrowed = unsafe { narrow::<K>(&sample, layout, narrowed, sample_wanted) };
     }
     let bound = narrowed.upper();
@@ -462,7 +524,7 @@ unsafe fn speculate<K: Key>(
 /// per tile; stops once all of them are placed. Returns `wanted`.
 ///
 /// # Safety
-/// *Block-wide*; `narrowed.shift == 0`.
+/// *Block-wide*; every bit of the key chosen (not [`bits_left`]).
 #[inline(always)]
 unsafe fn collect_ties_in_order<K: Key>(
     row: &Row<K>,
@@ -568,8 +630,7 @@ pub unsafe fn select_rows_radix<K: Key>(params: RowsParams<K>) {
     let (first, len) = (part.begin, part.end - part.begin);
     let start = part.row_start + first;
     let largest = Order::from_raw(params.order) == Order::Largest;
-    let row =
-        Row { keys: params.keys_in, start, len, flip: if largest { K::Bits::MAX } else { K::Bits::MIN } };
+    let row = Row { keys: params.keys_in, start, len, flip: order_flip::<K>(largest) };
     let layout = RadixRowsLayout::<K::Bits>::new();
     let thread = device::thread_idx_x() as usize;
     if thread == 0 {
@@ -601,7 +662,7 @@ pub unsafe fn select_rows_radix<K: Key>(params: RowsParams<K>) {
     } else {
         // Without a pool, narrow from the row down to the sort's slots.
         let narrow_from_row_to = pool_len::<K::Bits>().max(CAPACITY);
-        while narrowed.candidates() > narrow_from_row_to && narrowed.shift > 0 {
+        while narrowed.candidates() > narrow_from_row_to && bits_left::<K>(&narrowed) {
             narrowed = unsafe { narrow::<K>(&row, &layout, narrowed, wanted) };
         }
         // With a pool, candidates that need more of a thread's registers to sort than a
@@ -610,7 +671,7 @@ pub unsafe fn select_rows_radix<K: Key>(params: RowsParams<K>) {
         // 10 000 × 2048); narrowing 1000 keys to 512, both sorted in 4 registers, took 14 %
         // more than sorting them all.
         let narrow_in_pool = pool_len::<K::Bits>() > 0
-            && narrowed.shift > 0
+            && bits_left::<K>(&narrowed)
             && (narrowed.candidates() > CAPACITY
                 || sort_registers(narrowed.candidates(), k) > sort_registers(sort_target, k));
         if !narrow_in_pool && narrowed.candidates() <= CAPACITY {
@@ -618,7 +679,7 @@ pub unsafe fn select_rows_radix<K: Key>(params: RowsParams<K>) {
                 collect(&row, &layout.next_slot, 0, (&layout.sort.bits, &layout.sort.positions), narrowed)
             }
         } else if !narrow_in_pool {
-            // Every bit chosen, or no pool (the narrowing above then ended at shift 0; the
+            // Every bit chosen, or no pool (the narrowing above then chose every bit; the
             // test drops the pool's code from 64-bit kernels), and the ties overflow the sort.
             unsafe { collect_ties_in_order(&row, &layout, narrowed, wanted) }
         } else {
@@ -659,7 +720,7 @@ unsafe fn finish_from_pool<K: Key>(
 ) -> u64 {
     // `narrow` clears the histogram and then waits for the block: the pool is complete
     // after that barrier.
-    while narrowed.candidates() > sort_target && narrowed.shift > 0 {
+    while narrowed.candidates() > sort_target && bits_left::<K>(&narrowed) {
         narrowed = unsafe { narrow::<K>(pool, layout, narrowed, wanted) };
     }
     if narrowed.candidates() > CAPACITY {
@@ -744,7 +805,7 @@ unsafe fn sort_and_write_in<K: Key, const R: usize>(
 
     let out_start = part_index * k;
     let padding_key = if largest { K::LOWEST } else { K::HIGHEST };
-    let flip = if largest { K::Bits::MAX } else { K::Bits::MIN };
+    let flip = order_flip::<K>(largest);
     for r in 0..R {
         let slot = (warp_base + r * 32 + lane) as u64;
         if slot < k {

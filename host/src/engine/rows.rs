@@ -56,6 +56,11 @@ const RADIX_TARGET_BLOCKS_PER_SM: u32 = 2;
 const MIN_RADIX_PART_LEN: u64 = 8192;
 /// The most blocks one row is split over.
 const MAX_BLOCKS_PER_ROW: u64 = 256;
+/// The largest `k` for which the radix kernel's rows are split further so that each part
+/// is read once: beyond, each part's sort of `k` (8 registers a thread) costs more than
+/// the read it spares (H200 run 193: 10 000 × 128 000 at k = 2048 in two parts took 1.38×
+/// the time of whole rows; at k = 1024, 64 × 2^20 in 8 parts 0.53× that of 4).
+const SPLIT_FOR_ONE_READ_MAX_K: u32 = 1024;
 /// Candidates of a split row each block of the co-ranking merge places (all of them stage
 /// the row's ranks): two per thread, so that the searches of 64 rows of 4096 candidates
 /// spread over 256 blocks instead of 64.
@@ -602,17 +607,21 @@ fn plan(
     if warp_radix_fits(rows.max_len, k) {
         return RowsPlan::WarpRadix;
     }
-    let parts = radix_blocks_per_row(rows, k, multiprocessors, tuning);
-    let part_len = rows.mean_len / parts;
-    // The sample's bound spares a read of rows ranked in 32 bits (16- and 32-bit keys: the
-    // kernel's pool holds 32-bit ranks only) longer than the pool; when its expected
-    // gathering nears the pool, a shortfall (a second read) is common (H100 run 41: 500 ×
-    // 131 072 at k = 2048, 98 % of the pool, took 2.3× the time of k = 1024).
-    let one_read = super::rank_bytes(key_bytes) == 4
+    let parts = radix_blocks_per_row(rows, k, key_bytes, multiprocessors, tuning);
+    let one_read = read_once(rows.mean_len / parts, k, key_bytes);
+    RowsPlan::BlockRadix { parts, one_read }
+}
+
+/// Whether the radix kernel reads a part of `part_len` keys once (its sample's bound). It
+/// spares a read of rows ranked in 32 bits (16- and 32-bit keys: the kernel's pool holds
+/// 32-bit ranks only) longer than the pool; when its expected gathering nears the pool, a
+/// shortfall (a second read) is common (H100 run 41: 500 × 131 072 at k = 2048, 98 % of the
+/// pool, took 2.3× the time of k = 1024).
+fn read_once(part_len: u64, k: u32, key_bytes: usize) -> bool {
+    super::rank_bytes(key_bytes) == 4
         && part_len > POOL
         && sample_bound((k as u64).min(part_len), part_len)
-            .is_some_and(|(_, gathered)| gathered * 10 <= POOL * 9);
-    RowsPlan::BlockRadix { parts, one_read }
+            .is_some_and(|(_, gathered)| gathered * 10 <= POOL * 9)
 }
 
 /// A rows kernel (queues or radix) and how it launches.
@@ -747,11 +756,20 @@ fn blocks_per_row(rows: Rows, k: u32, multiprocessors: u32) -> u64 {
 /// than [`RADIX_TARGET_BLOCKS_PER_SM`] blocks per multiprocessor, as many parts as keep
 /// the blocks within that one wave (a second, partial wave of equal blocks would double
 /// the time: H100 run 34, 5 parts of 64 rows), each of at least [`MIN_RADIX_PART_LEN`]
-/// and `k` keys. Ragged rows are not split: a short row's parts could hold fewer than `k`
-/// keys, and padding must not reach the second pass. [`Tuning::rows_radix_parts`]
-/// overrides the count for dense rows (at most `cols / k` parts), so that benchmarks can
-/// time other splits of one shape.
-fn radix_blocks_per_row(rows: Rows, k: u32, multiprocessors: u32, tuning: &Tuning) -> u64 {
+/// and `k` keys, and, where `k` is large enough that a co-ranking merge of
+/// [`MERGE_MAX_RUNS`] runs or fewer could take them and the parts are still read once
+/// ([`read_once`]), no more than leave the second pass [`MERGE_MAX_CANDIDATES`] (more
+/// take the radix kernel, a block per row: H200 run 192, 1 × 262 144 bf16 at k = 1024 in
+/// 32 parts took 0.0706 ms, in 8 parts 0.0536; at k = 50 32 parts, merged by the radix
+/// kernel, beat 16 co-ranked; run 193, 8 × 2^20 at k = 2048 in 4 parts not read once took
+/// 3.4× the time of 33). With `k` up to [`SPLIT_FOR_ONE_READ_MAX_K`], rows whose parts
+/// the kernel would not read once are split further, within that bound: 256 × 262 144 at
+/// k = 1024, two waves of half rows took 0.175 ms, one wave of whole rows 0.259 (run 192).
+/// Ragged rows are not split: a short row's parts could hold fewer than `k` keys, and
+/// padding must not reach the second pass. [`Tuning::rows_radix_parts`] overrides the count
+/// for dense rows (at most `cols / k` parts), so that benchmarks can time other splits of
+/// one shape.
+fn radix_blocks_per_row(rows: Rows, k: u32, key_bytes: usize, multiprocessors: u32, tuning: &Tuning) -> u64 {
     if warp_radix_fits(rows.max_len, k) || rows.host_offsets.is_some() {
         return 1;
     }
@@ -759,11 +777,27 @@ fn radix_blocks_per_row(rows: Rows, k: u32, multiprocessors: u32, tuning: &Tunin
         return parts.min(rows.cols / k as u64).clamp(1, MAX_BLOCKS_PER_ROW);
     }
     let target = (multiprocessors * RADIX_TARGET_BLOCKS_PER_SM) as u64;
-    if rows.count >= target {
-        return 1;
+    let longest = (rows.cols / MIN_RADIX_PART_LEN.max(k as u64)).clamp(1, MAX_BLOCKS_PER_ROW);
+    let read_once_in = |parts: u64| read_once(rows.cols / parts, k, key_bytes);
+    // From `k` = 512 on, a co-ranking merge takes 16 runs or fewer; the bound holds where
+    // its parts are still read once (or more parts would not be either).
+    let merge_bound = if k as u64 * MERGE_MAX_RUNS >= MERGE_MAX_CANDIDATES {
+        MERGE_MAX_CANDIDATES / k as u64
+    } else {
+        MAX_BLOCKS_PER_ROW
+    };
+    let most = if read_once_in(longest.min(merge_bound)) || !read_once_in(longest) {
+        longest.min(merge_bound)
+    } else {
+        longest
+    };
+    let mut parts = (target / rows.count).clamp(1, most);
+    if k <= SPLIT_FOR_ONE_READ_MAX_K {
+        while parts < most && !read_once_in(parts) && read_once_in(most) {
+            parts *= 2;
+        }
     }
-    let min_part = MIN_RADIX_PART_LEN.max(k as u64);
-    (target / rows.count).min(rows.cols / min_part).clamp(1, MAX_BLOCKS_PER_ROW)
+    parts.min(most)
 }
 
 /// Whether radix selection takes a warp per row: rows of `max_len` keys fit a warp's
@@ -848,8 +882,9 @@ mod tests {
     }
 
     /// The cost model against the sweep it was fitted to (H100 run 41: the queues as run 41a
-    /// timed them, radix selection as run 41b did): its predictions' error, and what its
-    /// choice costs against the faster kernel measured, beside the rules it replaced.
+    /// timed them, radix selection as run 41b did, each shape split as it was then): its
+    /// predictions' error, and what its choice costs against the faster kernel measured,
+    /// beside the rules it replaced.
     #[test]
     fn the_cost_model_reproduces_the_sweep() {
         let queues = sweep(include_str!(
@@ -863,7 +898,15 @@ mod tests {
         for (&(key_bytes, count, cols, k), &queue_ms) in &queues {
             let radix_ms = radix[&(key_bytes, count, cols, k)];
             let shape = rows(count, cols);
-            let predict = |algorithm| predicted_ms(algorithm, shape, k, key_bytes, H100, &Tuning::default());
+            // The radix split run 41 ran with (before H200 run 192's rule: no merge bound,
+            // no further split for one read), so that the model meets the plans it timed.
+            let run41_parts = if warp_radix_fits(cols, k as u32) || count >= 264 {
+                1
+            } else {
+                (264 / count).min(cols / MIN_RADIX_PART_LEN.max(k as u64)).clamp(1, MAX_BLOCKS_PER_ROW)
+            };
+            let tuning = Tuning { rows_radix_parts: Some(run41_parts), ..Tuning::default() };
+            let predict = |algorithm| predicted_ms(algorithm, shape, k, key_bytes, H100, &tuning);
             queue_error += (predict(RowsAlgorithm::WarpSelect) / queue_ms - 1.0).powi(2);
             radix_error += (predict(RowsAlgorithm::RadixSelect) / radix_ms - 1.0).powi(2);
             let chosen = if predict(RowsAlgorithm::RadixSelect) < predict(RowsAlgorithm::WarpSelect) {
@@ -890,26 +933,43 @@ mod tests {
 
     #[test]
     fn radix_splits_only_few_long_dense_rows() {
-        assert_eq!(radix_blocks_per_row(rows(10_000, 128_000), 1000, 132, &Tuning::default()), 1);
+        assert_eq!(radix_blocks_per_row(rows(10_000, 128_000), 1000, 4, 132, &Tuning::default()), 1);
         assert_eq!(
-            radix_blocks_per_row(rows(64, 131_072), 1024, 132, &Tuning::default()),
+            radix_blocks_per_row(rows(64, 131_072), 1024, 4, 132, &Tuning::default()),
             4,
             "one wave of 256 blocks"
         );
-        assert_eq!(radix_blocks_per_row(rows(1, 1 << 20), 2048, 132, &Tuning::default()), 128);
-        assert_eq!(radix_blocks_per_row(rows(200, 1 << 20), 50, 132, &Tuning::default()), 1);
         assert_eq!(
-            radix_blocks_per_row(rows(10_000, 1000), 100, 132, &Tuning::default()),
+            radix_blocks_per_row(rows(1, 1 << 20), 2048, 4, 132, &Tuning::default()),
+            128,
+            "4 parts of 2^18 would not be read once"
+        );
+        assert_eq!(
+            radix_blocks_per_row(rows(1, 262_144), 1024, 4, 132, &Tuning::default()),
+            8,
+            "a co-ranking merge of 8192 candidates"
+        );
+        assert_eq!(radix_blocks_per_row(rows(1, 1 << 20), 50, 4, 132, &Tuning::default()), 128);
+        assert_eq!(
+            radix_blocks_per_row(rows(200, 1 << 20), 50, 4, 132, &Tuning::default()),
+            4,
+            "whole rows are not read once, quarters are"
+        );
+        assert_eq!(radix_blocks_per_row(rows(200, 1 << 20), 50, 8, 132, &Tuning::default()), 1, "no pool");
+        assert_eq!(radix_blocks_per_row(rows(256, 262_144), 50, 2, 132, &Tuning::default()), 1);
+        assert_eq!(radix_blocks_per_row(rows(256, 262_144), 1024, 2, 132, &Tuning::default()), 2);
+        assert_eq!(
+            radix_blocks_per_row(rows(10_000, 1000), 100, 4, 132, &Tuning::default()),
             1,
             "a warp per row"
         );
         assert_eq!(
-            radix_blocks_per_row(rows(4, 9000), 300, 132, &Tuning::default()),
+            radix_blocks_per_row(rows(4, 9000), 300, 4, 132, &Tuning::default()),
             1,
             "parts would be too short"
         );
         let ragged = spec(RowsSpec::ragged(vec![0, 100_000, 200_000], 200_000, 100).unwrap());
-        assert_eq!(radix_blocks_per_row(ragged, 100, 132, &Tuning::default()), 1);
+        assert_eq!(radix_blocks_per_row(ragged, 100, 4, 132, &Tuning::default()), 1);
     }
 
     #[test]
