@@ -959,6 +959,47 @@ fn bench_half(gpu: &Gpu, cases: &mut Vec<Case>) {
     bench_half_type::<f32>(gpu, |value| value, cases);
 }
 
+/// The batches of the half-precision sweep (section `half-sweep`): one sequence, a serving
+/// batch, a large batch.
+const HALF_SWEEP_ROWS: [usize; 3] = [1, 64, 256];
+/// Its vocabulary sizes: Llama 2's 32 000 to Gemma's 262 144.
+const HALF_SWEEP_COLS: [usize; 4] = [32_000, 65_536, 131_072, 262_144];
+/// Its `k`: greedy, top-50 sampling, and larger.
+const HALF_SWEEP_KS: [usize; 4] = [1, 50, 256, 1024];
+
+/// The half-precision sweep (section `half-sweep`, never on by default): bf16 logit-like
+/// rows ([`logits_f32`]) of every batch × vocabulary of [`HALF_SWEEP_ROWS`] ×
+/// [`HALF_SWEEP_COLS`] at every `k` of [`HALF_SWEEP_KS`] (largest, `Auto`), written to
+/// `half-sweep.csv` (`key,rows,cols,k,ms,floor_ms`) in the results folder, for the plot of
+/// time against n and k beside torch's (`docs/results/half_torch.py --sweep`,
+/// `docs/results/half_plot.py`).
+fn half_sweep(gpu: &Gpu) {
+    let dir = results_dir();
+    std::fs::create_dir_all(&dir).expect("cannot create the results folder");
+    let path = dir.join("half-sweep.csv");
+    let mut csv = String::from("key,rows,cols,k,ms,floor_ms\n");
+    for rows in HALF_SWEEP_ROWS {
+        for cols in HALF_SWEEP_COLS {
+            let keys: Vec<half::bf16> =
+                logits_f32(rows * cols, cols as u64).into_iter().map(half::bf16::from_f32).collect();
+            let matrix = gpu.upload(&keys).unwrap();
+            let floor_ms = read_floor(gpu, &gpu.alloc_zeroed::<f32>(matrix.bytes() / 4).unwrap());
+            for k in HALF_SWEEP_KS {
+                let (plan, mut workspace, mut out) =
+                    rows_buffers::<half::bf16>(gpu, &matrix, (rows, cols, k), Order::Largest);
+                let ms = median_of_calls(gpu, || {
+                    gpu.top_k_into(&plan, Keys::rows(&matrix, rows, cols), &mut out, &mut workspace)
+                });
+                eprintln!("half-sweep: bf16 {rows}x{cols} k={k}: {ms:.4} ms, floor {floor_ms:.4} ms");
+                writeln!(csv, "bf16,{rows},{cols},{k},{ms:.5},{floor_ms:.5}").unwrap();
+            }
+            // Written shape by shape, so that a run cut short keeps what it measured.
+            std::fs::write(&path, &csv).expect("cannot write the sweep");
+        }
+    }
+    println!("written: {}", path.display());
+}
+
 /// The large-k section's rows (largest first): LLM-sized rows with `k` from 4096 to half a
 /// row, and the k-NN bench's rows at `k = 10 000` (a query tile's distances to 10^6 base
 /// vectors).
@@ -1370,8 +1411,8 @@ fn convenience(gpu: &Gpu) {
 /// `quantiles`,
 /// `distributed` (DIBMS over four threads' handles), `knn` (exact k-NN, SIFT1M's shape),
 /// `multi-gpu` (k-NN and DIBMS over every GPU of the machine), `convenience` (the
-/// convenient calls against the caller-workspace forms), `rows-sweep`, `topk-sweep` and
-/// `sbp-sweep`), all but `multi-gpu` and the sweeps by default.
+/// convenient calls against the caller-workspace forms), `rows-sweep`, `topk-sweep`,
+/// `sbp-sweep` and `half-sweep`), all but `multi-gpu` and the sweeps by default.
 fn section_enabled(section: &str) -> bool {
     if section.ends_with("-sweep") || section == "multi-gpu" {
         return std::env::var("GPU_SELECT_BENCH_SECTIONS")
@@ -1724,6 +1765,9 @@ fn main() {
     }
     if section_enabled("sbp-sweep") {
         sbp_sweep(&gpu);
+    }
+    if section_enabled("half-sweep") {
+        half_sweep(&gpu);
     }
     criterion.final_summary();
     if !cases.is_empty() {

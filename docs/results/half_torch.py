@@ -9,10 +9,14 @@ beats its sort for the median: not timed here).
 Median of 10 CUDA-event timings after 2 warm-up calls, as the bench.
 
 Run on the GPU machine: `python3 docs/results/half_torch.py` (writes `$OUT/half_torch.json`
-when OUT is set).
+when OUT is set). With `--sweep`, instead: `torch.topk` on the shapes of the bench's
+`half-sweep` section (bf16 rows, batch 1, 64, 256 × vocabulary 32 000, 65 536, 131 072,
+262 144, k = 1, 50, 256, 1024), written as `half-sweep-torch.csv` (`key,rows,cols,k,ms`)
+to `$OUT` (or the current folder), for `half_plot.py`.
 """
 import json
 import os
+import sys
 
 import torch
 
@@ -31,6 +35,21 @@ except Exception as error:  # not installed on the GPU machine: say so
 print("flashinfer:", results["flashinfer"], flush=True)
 
 
+
+
+if "--sweep" in sys.argv:
+    lines = ["key,rows,cols,k,ms"]
+    for rows in [1, 64, 256]:
+        for cols in [32_000, 65_536, 131_072, 262_144]:
+            x = (4 * torch.randn(rows, cols, device=device, generator=generator)).to(torch.bfloat16)
+            for k in [1, 50, 256, 1024]:
+                ms = median_ms(lambda: torch.topk(x, k, dim=1))
+                print(f"torch.topk bf16 {rows}x{cols} k={k}: {ms:.4f} ms", flush=True)
+                lines.append(f"bf16,{rows},{cols},{k},{ms:.5f}")
+            del x
+    with open(os.path.join(os.environ.get("OUT", "."), "half-sweep-torch.csv"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    sys.exit(0)
 
 
 def record(name, ms):
