@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Fits the rows cost model (host/src/topk/rows_cost.rs) to a rows sweep.
 
-Usage: python3 docs/results/fit_rows_cost.py QUEUES.csv RADIX.csv
-(the CSVs `cargo xtask bench` writes with GPU_SELECT_BENCH_SECTIONS=rows-sweep and
+Usage: python3 docs/results/fit_rows_cost.py QUEUES.csv RADIX.csv [PEAK_BYTES_PER_S]
+(the peak bandwidth the driver reports, 3.35e12 for an H100 SXM by default; the CSVs `cargo xtask bench` writes with GPU_SELECT_BENCH_SECTIONS=rows-sweep and
 GPU_SELECT_ROWS_ALGORITHM=warp-select / radix-select; run 41: raw/2026-11-23-h100-run41a-
 rows-sweep-warp-select.csv and raw/2026-11-23-h100-run41b-rows-sweep-radix-select.csv).
 
@@ -50,15 +50,32 @@ def sample_gathering(wanted, length):
     return gathered if rank < SAMPLE and gathered <= POOL else None
 
 
+def read_once(part_len, k, key_bytes):
+    """rows.rs's read_once: the kernel's sample bounds the k-th best before its one read."""
+    if key_bytes != 4 or part_len <= POOL:
+        return False
+    gathered = sample_gathering(min(k, part_len), part_len)
+    return gathered is not None and gathered * 10 <= POOL * 9
+
+
 def radix_plan(rows, cols, k, key_bytes):
-    """None (a warp per row), or (parts, one_read) as rows.rs's plan chooses them."""
+    """None (a warp per row), or (parts, one_read) as rows.rs's plan chooses them
+    (radix_blocks_per_row: one wave, parts of 8192 keys and k at least; from k = 512 the
+    co-ranking merge's 8192 candidates where its parts are read once; for k <= 1024 split
+    further until parts are read once)."""
     if cols <= 1024 and k <= 256:
         return None
     target = SMS * 2
-    parts = 1 if rows >= target else clamp(min(target // rows, cols // max(8192, k)), 1, 256)
-    part_len = cols // parts
-    gathered = sample_gathering(min(k, part_len), part_len) if part_len > POOL else None
-    return parts, key_bytes == 4 and gathered is not None and gathered * 10 <= POOL * 9
+    longest = clamp(cols // max(8192, k), 1, 256)
+    bound = 8192 // k if k * 16 >= 8192 else 256
+    once = lambda parts: read_once(cols // parts, k, key_bytes)
+    most = min(longest, bound) if once(min(longest, bound)) or not once(longest) else longest
+    parts = clamp(target // rows, 1, most)
+    if k <= 1024:
+        while parts < most and not once(parts) and once(most):
+            parts *= 2
+    parts = min(parts, most)
+    return parts, once(parts)
 
 
 def insertions(length, k):
@@ -169,7 +186,7 @@ def solve(rows_of_terms, times):
         active.pop(min(range(n), key=lambda i: solution[i]))
 
 
-def fit(path, terms_of, names, read_bytes_per_ms=3.35e12 * 0.9 / 1e3):
+def fit(path, terms_of, names, read_bytes_per_ms):
     shapes, times = [], []
     for row in csv.DictReader(open(path)):
         key_bytes = 8 if row["key"] == "f64" else 4
@@ -188,7 +205,9 @@ def fit(path, terms_of, names, read_bytes_per_ms=3.35e12 * 0.9 / 1e3):
 
 
 if __name__ == "__main__":
+    # The read floor: 90 % of the peak bandwidth the driver reports (H100 SXM by default).
+    read_bytes_per_ms = (float(sys.argv[3]) if len(sys.argv) > 3 else 3.35e12) * 0.9 / 1e3
     print("queues:")
-    fit(sys.argv[1], queue_terms, QUEUE_TERMS)
+    fit(sys.argv[1], queue_terms, QUEUE_TERMS, read_bytes_per_ms)
     print("radix:")
-    fit(sys.argv[2], radix_terms, RADIX_TERMS)
+    fit(sys.argv[2], radix_terms, RADIX_TERMS, read_bytes_per_ms)
