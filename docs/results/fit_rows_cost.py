@@ -94,7 +94,7 @@ def waves(units, per_sm):
 
 
 QUEUE_TERMS = ["FIXED_MS", "PER_KILO_KEY", "PER_KILO_INSERT", "PER_KILO_MERGE", "BLOCK_MERGE",
-               "SPLIT_FIXED_MS", "SPLIT_PER_KILO_KEY", "SPLIT_PER_KILO_INSERT", "PER_KILO_KEY_K1"]
+               "SPLIT_FIXED_MS", "SPLIT_PER_KILO_KEY", "SPLIT_PER_KILO_INSERT", "PER_KILO_KEY_K1", "PER_KILO_KEY_64"]
 
 
 def queue_terms(key_bytes, rows, cols, k):
@@ -106,7 +106,13 @@ def queue_terms(key_bytes, rows, cols, k):
     f[0] = 1
 
     def warp_work(wv, warp_len, into):
-        if k == 1:
+        if key_bytes == 8 and into != "split":
+            # 64-bit keys: a warp's read takes about as long per key as 32-bit ones (a load
+            # instruction each, in flight alike), not twice: a term of their own, unscaled.
+            f[9] += wv * warp_len / 1000
+            if k == 1:
+                return
+        elif k == 1:
             f[8] += wv * warp_len * width / 1000
             return
         inserted = insertions(warp_len, k)
@@ -114,7 +120,8 @@ def queue_terms(key_bytes, rows, cols, k):
             f[6] += wv * warp_len * width / 1000
             f[7] += wv * (inserted + inserted * merge_size / t * width) / 1000
         else:
-            f[1] += wv * warp_len * width / 1000
+            if key_bytes != 8:
+                f[1] += wv * warp_len * width / 1000
             f[2] += wv * inserted / 1000
             f[3] += wv * inserted * merge_size / t * width / 1000
 
@@ -134,7 +141,8 @@ def queue_terms(key_bytes, rows, cols, k):
 
 RADIX_TERMS = ["WARP_FIXED_MS", "WARP_PER_UNIT", "WARP_PER_KILO_KEY", "WARP_PER_KILO_K", "WARP_PER_SORT",
                "BLOCK_FIXED_MS", "BLOCK_PER_UNIT", "BLOCK_PER_KILO_KEY_ONE_READ",
-               "BLOCK_PER_KILO_KEY_TWO_READS", "BLOCK_PER_KILO_K", "MERGE_FIXED_MS", "MERGE_PER_KILO_CANDIDATE"]
+               "BLOCK_PER_KILO_KEY_TWO_READS", "BLOCK_PER_KILO_K", "MERGE_FIXED_MS", "MERGE_PER_KILO_CANDIDATE",
+               "BLOCK_PER_KILO_KEY_64"]
 
 
 def radix_terms(key_bytes, rows, cols, k):
@@ -148,7 +156,8 @@ def radix_terms(key_bytes, rows, cols, k):
     parts, one_read = plan
     wv = waves(rows * parts, 2)
     f[5], f[6] = 1, wv
-    f[7 if one_read else 8] = wv * (cols // parts) * width / 1000
+    # 64-bit keys narrow from the row pass after pass (no pool): a term of their own.
+    f[12 if key_bytes == 8 else 7 if one_read else 8] = wv * (cols // parts) * width / 1000
     f[9] = wv * k / 1000
     if parts > 1:
         f[10] = 1

@@ -8,16 +8,18 @@
 //! `k` written. Units run side by side up to a number per multiprocessor; beyond it they
 //! take turns (*waves*), below it the time is one unit's (few rows are latency-bound, which
 //! is why long rows are split). Waves count the device's own multiprocessors; the work per
-//! unit is the fitted GPU's (an H100 SXM, 132 multiprocessors).
+//! unit is the fitted GPU's (an H200, 132 multiprocessors).
 //!
 //! The constants are a least-squares fit (relative error) to `cargo xtask bench` with
-//! `GPU_SELECT_BENCH_SECTIONS=rows-sweep` on an H100 (run 41, docs/results/raw/
-//! `2026-11-23-h100-run41a-rows-sweep-warp-select.csv` for the queues,
-//! `…run41b-rows-sweep-radix-select.csv` for radix selection): 187 shapes, 1 to 100 000 rows of 128 to
-//! 4 194 304 keys, `k` from 1 to 2048, f32 and f64, each kernel forced. The fit predicts
-//! the radix kernels within 16 % (root mean square) and the queues within 27 %; its choice
-//! costs 3.0 % on average against the faster of the two measured kernels, where the rules
-//! it replaced cost 12 % (`rows.rs`'s tests check both against the measurements).
+//! `GPU_SELECT_BENCH_SECTIONS=rows-sweep` on an H200 (run 196, docs/results/raw/
+//! `2026-11-26-h200-run196-rows-sweep-warp-select.csv` for the queues,
+//! `…run196-rows-sweep-radix-select.csv` for radix selection, one call): 187 shapes, 1 to
+//! 100 000 rows of 128 to 4 194 304 keys, `k` from 1 to 2048, f32 and f64, each kernel
+//! forced. The fit predicts the radix kernels within 17 % (root mean square) and the queues
+//! within 28 %; its choice costs 1.4 % on average against the faster of the two measured
+//! kernels, 34 % at worst (`rows.rs`'s tests check both against the measurements). The fit
+//! before, to an H100 sweep of the kernels before run 192's 16-byte reads (run 41), cost
+//! 2.3 % on average and 70 % at worst on run 196's sweep.
 //! `docs/results/fit_rows_cost.py` redoes the fit.
 
 use super::cost::Device;
@@ -58,24 +60,28 @@ pub(crate) struct RowsShape {
 
 /// Fitted per-unit work of the queue kernels (ms per wave on the fitted GPU).
 mod queues {
-    pub(crate) const FIXED_MS: f64 = 0.016_01;
-    /// Per 1000 keys a warp reads (32-bit; 64-bit keys count twice), `k > 1`.
-    pub(crate) const PER_KILO_KEY: f64 = 0.001_467;
+    pub(crate) const FIXED_MS: f64 = 0.015_62;
+    /// Per 1000 keys a warp reads (16- and 32-bit keys), `k > 1`.
+    pub(crate) const PER_KILO_KEY: f64 = 0.001_562;
+    /// Per 1000 64-bit keys a warp reads, whatever `k` (not twice a 32-bit key's: a load
+    /// instruction each, in flight alike; H200 run 196's 64-bit rows of 32 000 and 131 072
+    /// keys took 1.3–1.8× the 32-bit ones' time, not 2×).
+    pub(crate) const PER_KILO_KEY_64: f64 = 0.001_881;
     /// Per 1000 keys a warp reads for `k = 1` (a warp's minimum, no queue).
-    pub(crate) const PER_KILO_KEY_K1: f64 = 0.000_964_3;
+    pub(crate) const PER_KILO_KEY_K1: f64 = 0.000_984_2;
     /// Per 1000 keys that enter a warp's queue.
-    pub(crate) const PER_KILO_INSERT: f64 = 0.016_73;
+    pub(crate) const PER_KILO_INSERT: f64 = 0.016_97;
     /// Per 1000 insertions times a merge's work per insertion (`Q·log2(32·Q)` over the
     /// thread queue's registers).
-    pub(crate) const PER_KILO_MERGE: f64 = 0.000_338_1;
+    pub(crate) const PER_KILO_MERGE: f64 = 0.000_338_3;
     /// Per block of four warps, the merge of their queues in shared memory (times
     /// `Q·log2(32·Q)/100`).
-    pub(crate) const BLOCK_MERGE: f64 = 0.004_24;
+    pub(crate) const BLOCK_MERGE: f64 = 0.004_243;
     /// The merge pass of split rows: its launch, per 1000 candidates a warp reads, per
     /// 1000 insertions and merges.
-    pub(crate) const SPLIT_FIXED_MS: f64 = 0.007_659;
-    pub(crate) const SPLIT_PER_KILO_KEY: f64 = 0.008_296;
-    pub(crate) const SPLIT_PER_KILO_INSERT: f64 = 0.000_174_3;
+    pub(crate) const SPLIT_FIXED_MS: f64 = 0.006_452;
+    pub(crate) const SPLIT_PER_KILO_KEY: f64 = 0.008_244;
+    pub(crate) const SPLIT_PER_KILO_INSERT: f64 = 0.000_167_3;
     /// Blocks of the queue kernel per multiprocessor at full speed.
     pub(crate) const BLOCKS_PER_SM: f64 = 1.0;
 }
@@ -83,25 +89,27 @@ mod queues {
 /// Fitted per-unit work of the radix kernels (ms per wave on the fitted GPU).
 mod radix {
     /// A warp per row: launch, per warp, per 1000 keys, per 1000 of `k`, per sort unit.
-    pub(crate) const WARP_FIXED_MS: f64 = 0.006_19;
-    pub(crate) const WARP_PER_UNIT: f64 = 0.000_855_3;
-    pub(crate) const WARP_PER_KILO_KEY: f64 = 0.002_588;
-    pub(crate) const WARP_PER_KILO_K: f64 = 0.008_193;
-    pub(crate) const WARP_PER_SORT: f64 = 0.000_075;
+    pub(crate) const WARP_FIXED_MS: f64 = 0.007_658;
+    pub(crate) const WARP_PER_UNIT: f64 = 0.001_029;
+    pub(crate) const WARP_PER_KILO_KEY: f64 = 0.002_612;
+    pub(crate) const WARP_PER_KILO_K: f64 = 0.009_232;
+    pub(crate) const WARP_PER_SORT: f64 = 0.000_062_89;
     /// Warps of the warp kernel per multiprocessor at full speed.
     pub(crate) const WARPS_PER_SM: f64 = 4.0;
     /// A block per row or part: launch, per block, per 1000 keys read once (the sample's
     /// bound) or twice (a histogram, then the gathering), per 1000 of `k`.
-    pub(crate) const BLOCK_FIXED_MS: f64 = 0.006_784;
-    pub(crate) const BLOCK_PER_UNIT: f64 = 0.005_637;
-    pub(crate) const BLOCK_PER_KILO_KEY_ONE_READ: f64 = 0.000_545;
-    pub(crate) const BLOCK_PER_KILO_KEY_TWO_READS: f64 = 0.000_723_2;
-    pub(crate) const BLOCK_PER_KILO_K: f64 = 0.012_98;
+    pub(crate) const BLOCK_FIXED_MS: f64 = 0.007_599;
+    pub(crate) const BLOCK_PER_UNIT: f64 = 0.006_454;
+    pub(crate) const BLOCK_PER_KILO_KEY_ONE_READ: f64 = 0.000_341_6;
+    pub(crate) const BLOCK_PER_KILO_KEY_TWO_READS: f64 = 0.000_629_4;
+    pub(crate) const BLOCK_PER_KILO_K: f64 = 0.013_26;
+    /// Per 1000 keys of 64-bit keys, which narrow from the row pass after pass (no pool).
+    pub(crate) const BLOCK_PER_KILO_KEY_64: f64 = 0.000_484_9;
     /// Blocks of the block kernel per multiprocessor (its registers allow two).
     pub(crate) const BLOCKS_PER_SM: f64 = 2.0;
     /// The merge of split rows: launch, per 1000 candidates a block stages.
-    pub(crate) const MERGE_FIXED_MS: f64 = 0.006_203;
-    pub(crate) const MERGE_PER_KILO_CANDIDATE: f64 = 0.000_926_6;
+    pub(crate) const MERGE_FIXED_MS: f64 = 0.007_169;
+    pub(crate) const MERGE_PER_KILO_CANDIDATE: f64 = 0.000_736_4;
     /// Blocks of the merge per multiprocessor.
     pub(crate) const MERGE_BLOCKS_PER_SM: f64 = 4.0;
 }
@@ -153,7 +161,9 @@ pub(crate) fn predict_ms(plan: RowsPlan, shape: RowsShape, device: Device) -> f6
         RowsPlan::BlockRadix { parts, one_read } => {
             let part_len = len / parts as f64;
             let block_waves = waves(rows * parts as f64, radix::BLOCKS_PER_SM, device);
-            let per_key = if one_read {
+            let per_key = if width > 1.0 {
+                radix::BLOCK_PER_KILO_KEY_64
+            } else if one_read {
                 radix::BLOCK_PER_KILO_KEY_ONE_READ
             } else {
                 radix::BLOCK_PER_KILO_KEY_TWO_READS
@@ -199,12 +209,18 @@ fn queues_ms(warp_per_row: bool, parts: u64, shape: RowsShape, device: Device) -
     ) as f64;
     // One warp's work over `warp_len` keys.
     let warp_work = |warp_len: f64| {
+        let read = if width > 1.0 {
+            queues::PER_KILO_KEY_64 * warp_len / 1000.0
+        } else if k == 1 {
+            queues::PER_KILO_KEY_K1 * warp_len / 1000.0
+        } else {
+            queues::PER_KILO_KEY * warp_len / 1000.0
+        };
         if k == 1 {
-            queues::PER_KILO_KEY_K1 * warp_len * width / 1000.0
+            read
         } else {
             let inserted = insertions(warp_len, kf);
-            queues::PER_KILO_KEY * warp_len * width / 1000.0
-                + queues::PER_KILO_INSERT * inserted / 1000.0
+            read + queues::PER_KILO_INSERT * inserted / 1000.0
                 + queues::PER_KILO_MERGE * inserted * merge_size / thread_registers * width / 1000.0
         }
     };
