@@ -36,7 +36,10 @@
 //!    for its payload), and its column (or `indices_in`).
 //!
 //! **Ties.** When every bit is chosen and the keys equal to the `k`-th best still overflow
-//! the candidates, the collect pass places keys in column order (warp ballots, a scan over
+//! the sort, and the pool holds them, their positions are narrowed in the pool as ranks are
+//! (a digit a pass) until the better keys and the ties up to a position fit the sort of `k`
+//! rounded up; the sort keeps the first ties by column. Without a pool (64-bit keys, or
+//! ties beyond it), the collect pass places keys in column order (warp ballots, a scan over
 //! the tile's warps) and keeps the first ties only; it stops reading once it has them and
 //! every better key. So ties are always broken by lower column, as the sort breaks them, and
 //! a row of equal keys costs its histogram passes and a read of its first `k` keys.
@@ -341,17 +344,19 @@ fn bits_left<K: Key>(narrowed: &Narrowed<K::Bits>) -> bool {
 }
 
 /// One histogram pass: the next digit of the `wanted`-th best rank among those with the
-/// prefix. Ends with the narrowed state every thread agrees on.
+/// prefix (a key's rank, or a tied key's position). Ends with the narrowed state every
+/// thread agrees on.
 ///
 /// # Safety
-/// *Block-wide*; [`bits_left`] and `better < wanted ≤ better + in_prefix`.
+/// *Block-wide*; bits left to narrow ([`bits_left`] for keys' ranks) and
+/// `better < wanted ≤ better + in_prefix`.
 #[inline(always)]
-unsafe fn narrow<K: Key>(
-    row: &impl Ranked<K::Bits>,
-    layout: &RadixRowsLayout<K::Bits>,
-    narrowed: Narrowed<K::Bits>,
+unsafe fn narrow<B: OrderedBits, L>(
+    row: &impl Ranked<B>,
+    layout: &RadixRowsLayout<L>,
+    narrowed: Narrowed<B>,
     wanted: u64,
-) -> Narrowed<K::Bits> {
+) -> Narrowed<B> {
     let (histogram, warp_sums, choice) =
         unsafe { (layout.histogram.bind(), layout.warp_sums.bind(), layout.choice.bind()) };
     let thread = device::thread_idx_x() as usize;
@@ -399,15 +404,14 @@ unsafe fn narrow<K: Key>(
     let (digit, before_digit, in_digit) = unsafe { (choice.load(0), choice.load(1), choice.load(2)) };
     Narrowed {
         shift: digit_shift,
-        prefix: narrowed.prefix.xor(K::Bits::from_u64(digit << digit_shift)),
+        prefix: narrowed.prefix.xor(B::from_u64(digit << digit_shift)),
         better: narrowed.better + before_digit,
         in_prefix: in_digit,
     }
 }
 
-/// Gathers every rank of `source` at most `narrowed.upper()` into `slots` (ranks and
+/// Gathers every rank of `source` that `keep(rank, position)` takes into `slots` (ranks and
 /// positions), in any order (the sort orders them), taking slots from counter `counter`.
-/// Returns their number.
 ///
 /// # Safety
 /// *Block-wide*; the counter is 0 and ordered before by a barrier; the candidates fit.
@@ -417,19 +421,35 @@ unsafe fn collect<B: OrderedBits>(
     layout_counters: &SharedRegion<u32>,
     counter: usize,
     slots: (&SharedRegion<B>, &SharedRegion<u32>),
-    narrowed: Narrowed<B>,
-) -> u64 {
+    keep: impl Fn(B, u64) -> bool,
+) {
     let (next_slot, bits, positions) = unsafe { (layout_counters.bind(), slots.0.bind(), slots.1.bind()) };
-    let upper = narrowed.upper();
     unsafe {
         source.visit_ranks(|rank, position| {
-            if rank <= upper {
+            if keep(rank, position) {
                 let slot = next_slot.atomic_add(counter, 1) as usize;
                 bits.store(slot, rank);
                 positions.store(slot, position as u32);
             }
         });
     }
+}
+
+/// Gathers the candidates of `narrowed` (every rank at most its `upper()`) from `source`
+/// into `slots`, as [`collect`]; returns their number.
+///
+/// # Safety
+/// As [`collect`].
+#[inline(always)]
+unsafe fn collect_narrowed<B: OrderedBits>(
+    source: &impl Ranked<B>,
+    layout_counters: &SharedRegion<u32>,
+    counter: usize,
+    slots: (&SharedRegion<B>, &SharedRegion<u32>),
+    narrowed: Narrowed<B>,
+) -> u64 {
+    let upper = narrowed.upper();
+    unsafe { collect(source, layout_counters, counter, slots, |rank, _| rank <= upper) };
     narrowed.candidates()
 }
 
@@ -488,7 +508,7 @@ unsafe fn speculate<K: Key>(
     // `narrow` clears the histogram and waits for the block before it visits the sample.
     let mut narrowed = Narrowed { shift: K::Bits::BITS, prefix: K::Bits::MIN, better: 0, in_prefix: SAMPLE };
     while narrowed.candidates() > sample_wanted && bits_left::<K>(&narrowed) {
-        narrowed = unsafe { narrow::<K>(&sample, layout, narrowed, sample_wanted) };
+        narrowed = unsafe { narrow(&sample, layout, narrowed, sample_wanted) };
     }
     let bound = narrowed.upper();
     // `narrow` waits for the block after its last visit: the pool may be overwritten.
@@ -663,7 +683,7 @@ pub unsafe fn select_rows_radix<K: Key>(params: RowsParams<K>) {
         // Without a pool, narrow from the row down to the sort's slots.
         let narrow_from_row_to = pool_len::<K::Bits>().max(CAPACITY);
         while narrowed.candidates() > narrow_from_row_to && bits_left::<K>(&narrowed) {
-            narrowed = unsafe { narrow::<K>(&row, &layout, narrowed, wanted) };
+            narrowed = unsafe { narrow(&row, &layout, narrowed, wanted) };
         }
         // With a pool, candidates that need more of a thread's registers to sort than a
         // sort of `k` rounded up narrow on in the pool, short rows too: sorting all of a row
@@ -676,7 +696,13 @@ pub unsafe fn select_rows_radix<K: Key>(params: RowsParams<K>) {
                 || sort_registers(narrowed.candidates(), k) > sort_registers(sort_target, k));
         if !narrow_in_pool && narrowed.candidates() <= CAPACITY {
             unsafe {
-                collect(&row, &layout.next_slot, 0, (&layout.sort.bits, &layout.sort.positions), narrowed)
+                collect_narrowed(
+                    &row,
+                    &layout.next_slot,
+                    0,
+                    (&layout.sort.bits, &layout.sort.positions),
+                    narrowed,
+                )
             }
         } else if !narrow_in_pool {
             // Every bit chosen, or no pool (the narrowing above then chose every bit; the
@@ -685,7 +711,13 @@ pub unsafe fn select_rows_radix<K: Key>(params: RowsParams<K>) {
         } else {
             // More than a sort of `k` takes, no more than the pool: narrow on from the pool.
             let pool_len = unsafe {
-                collect(&row, &layout.next_slot, 1, (&layout.pool_bits, &layout.pool_positions), narrowed)
+                collect_narrowed(
+                    &row,
+                    &layout.next_slot,
+                    1,
+                    (&layout.pool_bits, &layout.pool_positions),
+                    narrowed,
+                )
             };
             let pool = unsafe {
                 Pool {
@@ -702,9 +734,9 @@ pub unsafe fn select_rows_radix<K: Key>(params: RowsParams<K>) {
 
 /// Narrows on in `pool`, which holds every key of the row that may be among the `wanted`
 /// best, until the candidates fit a sort of `sort_target` (or every bit is chosen), then
-/// gathers them into the sort's slots: from the pool, or, when the ties with the
-/// `wanted`-th best still overflow the slots, in column order from the row. Returns their
-/// number.
+/// gathers them into the sort's slots from the pool: when the ties with the `wanted`-th best
+/// still overflow the sort, the better keys and the ties up to a position that keeps them
+/// within it (ties go in column order). Returns their number.
 ///
 /// # Safety
 /// *Block-wide*; the pool is written (a barrier follows in the first `narrow`, and the
@@ -721,14 +753,53 @@ unsafe fn finish_from_pool<K: Key>(
     // `narrow` clears the histogram and then waits for the block: the pool is complete
     // after that barrier.
     while narrowed.candidates() > sort_target && bits_left::<K>(&narrowed) {
-        narrowed = unsafe { narrow::<K>(pool, layout, narrowed, wanted) };
+        narrowed = unsafe { narrow(pool, layout, narrowed, wanted) };
     }
-    if narrowed.candidates() > CAPACITY {
-        // Every bit chosen and the ties still too many: they go in column order, so from the
-        // row.
-        unsafe { collect_ties_in_order(row, layout, narrowed, wanted) }
-    } else {
-        unsafe { collect(pool, &layout.next_slot, 0, (&layout.sort.bits, &layout.sort.positions), narrowed) }
+    let slots = (&layout.sort.bits, &layout.sort.positions);
+    if narrowed.candidates() <= sort_target {
+        return unsafe { collect_narrowed(pool, &layout.next_slot, 0, slots, narrowed) };
+    }
+    // Every bit of the key chosen, and the ties with the `wanted`-th best overflow the sort
+    // (bf16 logits at k = 1024 put about 18 keys on a value): all of them are in the pool,
+    // and the first in column order are the ones the sort would keep, so their positions are
+    // narrowed (a digit a pass, as ranks are) until the better keys and the ties up to a
+    // position fit the sort of `sort_target`, not one of twice as many slots (or a read of
+    // the row, beyond its slots).
+    let tie = narrowed.prefix;
+    let tied = TiedPositions { pool, tie };
+    let room = sort_target - narrowed.better;
+    let position_bits = u64::BITS - (row.len.max(1) - 1).leading_zeros();
+    let mut by_position =
+        Narrowed { shift: position_bits, prefix: 0u32, better: 0, in_prefix: narrowed.in_prefix };
+    while by_position.candidates() > room && by_position.shift > 0 {
+        by_position = unsafe { narrow(&tied, layout, by_position, wanted - narrowed.better) };
+    }
+    let last = by_position.upper();
+    unsafe {
+        collect(pool, &layout.next_slot, 0, slots, |rank, position| {
+            rank < tie || (rank == tie && position as u32 <= last)
+        })
+    };
+    narrowed.better + by_position.candidates()
+}
+
+/// The positions of the pool's keys of rank `tie` (the ties with the wanted-th best, once
+/// every bit of the key is chosen), visited as the ranks a narrowing reads.
+struct TiedPositions<'a, B> {
+    pool: &'a Pool<B>,
+    tie: B,
+}
+
+impl<B: OrderedBits> Ranked<u32> for TiedPositions<'_, B> {
+    #[inline(always)]
+    unsafe fn visit_ranks(&self, mut visit: impl FnMut(u32, u64)) {
+        unsafe {
+            self.pool.visit_ranks(|rank, position| {
+                if rank == self.tie {
+                    visit(position as u32, position)
+                }
+            })
+        }
     }
 }
 
