@@ -158,6 +158,14 @@ pub trait Key: Copy + PartialOrd + Default + Send + Sync + core::fmt::Debug + 's
     fn from_f64(value: f64) -> Self;
 }
 
+/// Bits below a key's own in its rank (`Key::to_ordered`): 16 for the 16-bit floats, which
+/// rank in the high half of a `u32`, else 0. Radix passes that take digits from the top
+/// have chosen every bit of the key once they reach them.
+#[inline(always)]
+pub fn rank_padding_bits<K: Key>() -> u32 {
+    K::Bits::BITS - 8 * size_of::<K>() as u32
+}
+
 macro_rules! float_key {
     ($float:ty, $bits:ty, $signed:ty, $name:literal) => {
         impl Key for $float {

@@ -56,7 +56,7 @@ use crate::block::bitonic_sort::{
     BlockSortLayout, MAX_BLOCK_SORT_LEN, PAIRS_PER_THREAD, SORT_THREADS, sort_capacity, sort_slots,
 };
 use crate::device::{self, SharedLayout, SharedRegion, SharedSlice};
-use crate::key::{Key, OrderedBits};
+use crate::key::{Key, OrderedBits, rank_padding_bits};
 use crate::params::{GlobalPtr, Order};
 use crate::topk::radix::DigitRuns;
 use crate::topk::rows::{NO_INDEX, RowsParams, part_at};
@@ -305,6 +305,15 @@ impl<B: OrderedBits> Narrowed<B> {
         self.shift >= B::BITS || rank.shr(self.shift) == self.prefix.shr(self.shift)
     }
 
+    /// Whether bits of keys of `K` are left to narrow: once the digits reach the padding
+    /// below a key's bits in its rank ([`rank_padding_bits`]: 16-bit keys) every bit of the
+    /// key is chosen, and a further pass would find all the candidates in one bin (a pass
+    /// lost whenever ties straddle the `k`-th best, as they often do among bf16 logits).
+    #[inline(always)]
+    pub(crate) fn bits_left<K: Key<Bits = B>>(&self) -> bool {
+        self.shift > rank_padding_bits::<K>()
+    }
+
     /// Keys that may be among the wanted best: the better ones and those with the prefix.
     pub(crate) fn candidates(&self) -> u64 {
         self.better + self.in_prefix
@@ -320,27 +329,11 @@ impl<B: OrderedBits> Narrowed<B> {
     }
 }
 
-/// Bits below a key's in its rank: 16 for 16-bit keys, which rank in the high half of a
-/// `u32` (`crate::key`), else 0.
-#[inline(always)]
-fn padding_bits<K: Key>() -> u32 {
-    K::Bits::BITS - 8 * size_of::<K>() as u32
-}
-
 /// What a key's ordered bits are XOR-ed with to give its rank: for "largest" its own bits
 /// (not the padding below them, which stays zero in every rank), else nothing.
 #[inline(always)]
 fn order_flip<K: Key>(largest: bool) -> K::Bits {
-    if largest { K::Bits::from_u64(u64::MAX << padding_bits::<K>()) } else { K::Bits::MIN }
-}
-
-/// Whether bits of the keys' ranks are left to narrow: once the digits reach the padding
-/// ([`padding_bits`]) every bit of the key is chosen, and a further pass would find all the
-/// candidates in one bin (a pass lost whenever ties straddle the `k`-th best, as they often
-/// do among bf16 logits).
-#[inline(always)]
-fn bits_left<K: Key>(narrowed: &Narrowed<K::Bits>) -> bool {
-    narrowed.shift > padding_bits::<K>()
+    if largest { K::Bits::from_u64(u64::MAX << rank_padding_bits::<K>()) } else { K::Bits::MIN }
 }
 
 /// One histogram pass: the next digit of the `wanted`-th best rank among those with the
@@ -348,7 +341,7 @@ fn bits_left<K: Key>(narrowed: &Narrowed<K::Bits>) -> bool {
 /// thread agrees on.
 ///
 /// # Safety
-/// *Block-wide*; bits left to narrow ([`bits_left`] for keys' ranks) and
+/// *Block-wide*; bits left to narrow ([`Narrowed::bits_left`] for keys' ranks) and
 /// `better < wanted ≤ better + in_prefix`.
 #[inline(always)]
 unsafe fn narrow<B: OrderedBits, L>(
@@ -507,7 +500,7 @@ unsafe fn speculate<K: Key>(
     let sample = Pool { bits, positions, len: SAMPLE as usize };
     // `narrow` clears the histogram and waits for the block before it visits the sample.
     let mut narrowed = Narrowed { shift: K::Bits::BITS, prefix: K::Bits::MIN, better: 0, in_prefix: SAMPLE };
-    while narrowed.candidates() > sample_wanted && bits_left::<K>(&narrowed) {
+    while narrowed.candidates() > sample_wanted && narrowed.bits_left::<K>() {
         narrowed = unsafe { narrow(&sample, layout, narrowed, sample_wanted) };
     }
     let bound = narrowed.upper();
@@ -544,7 +537,7 @@ unsafe fn speculate<K: Key>(
 /// per tile; stops once all of them are placed. Returns `wanted`.
 ///
 /// # Safety
-/// *Block-wide*; every bit of the key chosen (not [`bits_left`]).
+/// *Block-wide*; every bit of the key chosen (not [`Narrowed::bits_left`]).
 #[inline(always)]
 unsafe fn collect_ties_in_order<K: Key>(
     row: &Row<K>,
@@ -682,7 +675,7 @@ pub unsafe fn select_rows_radix<K: Key>(params: RowsParams<K>) {
     } else {
         // Without a pool, narrow from the row down to the sort's slots.
         let narrow_from_row_to = pool_len::<K::Bits>().max(CAPACITY);
-        while narrowed.candidates() > narrow_from_row_to && bits_left::<K>(&narrowed) {
+        while narrowed.candidates() > narrow_from_row_to && narrowed.bits_left::<K>() {
             narrowed = unsafe { narrow(&row, &layout, narrowed, wanted) };
         }
         // With a pool, candidates that need more of a thread's registers to sort than a
@@ -691,7 +684,7 @@ pub unsafe fn select_rows_radix<K: Key>(params: RowsParams<K>) {
         // 10 000 × 2048); narrowing 1000 keys to 512, both sorted in 4 registers, took 14 %
         // more than sorting them all.
         let narrow_in_pool = pool_len::<K::Bits>() > 0
-            && bits_left::<K>(&narrowed)
+            && narrowed.bits_left::<K>()
             && (narrowed.candidates() > CAPACITY
                 || sort_registers(narrowed.candidates(), k) > sort_registers(sort_target, k));
         if !narrow_in_pool && narrowed.candidates() <= CAPACITY {
@@ -752,7 +745,7 @@ unsafe fn finish_from_pool<K: Key>(
 ) -> u64 {
     // `narrow` clears the histogram and then waits for the block: the pool is complete
     // after that barrier.
-    while narrowed.candidates() > sort_target && bits_left::<K>(&narrowed) {
+    while narrowed.candidates() > sort_target && narrowed.bits_left::<K>() {
         narrowed = unsafe { narrow(pool, layout, narrowed, wanted) };
     }
     let slots = (&layout.sort.bits, &layout.sort.positions);

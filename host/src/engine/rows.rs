@@ -792,8 +792,8 @@ fn radix_blocks_per_row(rows: Rows, k: u32, key_bytes: usize, multiprocessors: u
         longest
     };
     let mut parts = (target / rows.count).clamp(1, most);
-    if k <= SPLIT_FOR_ONE_READ_MAX_K {
-        while parts < most && !read_once_in(parts) && read_once_in(most) {
+    if k <= SPLIT_FOR_ONE_READ_MAX_K && read_once_in(most) {
+        while parts < most && !read_once_in(parts) {
             parts *= 2;
         }
     }
