@@ -125,8 +125,16 @@ fn multiselect_handles_hard_shapes() {
             _ => (random.next() % 100) as f64,
         })
         .collect();
+    // Few labels holding most keys: 99 % of the keys below 4096, the rest spread over every
+    // u32, so the sample's slots are 2^22 wide and four labels of 1024 bit patterns hold
+    // almost everything: the picks read tens of thousands of keys a label, more than shared
+    // memory takes.
+    let crowded: Vec<u32> = (0..n)
+        .map(|i| if i % 100 == 0 { random.next() as u32 } else { (random.next() % 4096) as u32 })
+        .collect();
     let ranks = wanted_ranks(n, 101, 9);
     for algorithm in [MultiselectAlgorithm::BucketMultiselect, MultiselectAlgorithm::SortAndChoose] {
+        check_multiselect(&gpu, &crowded, &ranks, algorithm, &format!("crowded {algorithm:?}"));
         check_multiselect(&gpu, &heavy, &ranks, algorithm, &format!("heavy {algorithm:?}"));
         check_multiselect(&gpu, &close, &ranks, algorithm, &format!("close {algorithm:?}"));
         check_multiselect(&gpu, &band, &ranks, algorithm, &format!("band {algorithm:?}"));

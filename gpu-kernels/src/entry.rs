@@ -23,9 +23,10 @@ use crate::merge::{MergeParams, merge_runs};
 use crate::params::BlockSortParams;
 use crate::probe::{ProbeParams, global_atomics, indices, shared_memory, warp_collectives};
 use crate::select::multi::{
-    GatherKeysParams, MultiParams, PickParams, block_counts as multiselect_block_counts_body,
-    count as multiselect_count_body, filter as multiselect_filter_body, gather as multiselect_gather_body,
-    pick as multiselect_pick_body, totals as multiselect_totals_body,
+    GatherKeysParams, MultiParams, PickParams, bases as multiselect_bases_body,
+    block_counts as multiselect_block_counts_body, count as multiselect_count_body,
+    filter as multiselect_filter_body, gather as multiselect_gather_body, pick as multiselect_pick_body,
+    place as multiselect_place_body, totals as multiselect_totals_body,
 };
 use crate::select::sample::{
     SampleParams, bracket as sample_bracket_body, bracket_place as sample_bracket_place_body,
@@ -138,7 +139,11 @@ pub trait KernelKey: Key {
     const MULTISELECT_FILTER: KernelId<MultiParams<Self>>;
     /// Bucket multiselect: how many keys each block keeps in the next filter.
     const MULTISELECT_BLOCK_COUNTS: KernelId<MultiParams<Self>>;
-    /// Bucket multiselect: each wanted key among its label's last candidates.
+    /// Bucket multiselect, last pass: where each block's keys of each active label go.
+    const MULTISELECT_BASES: KernelId<MultiParams<Self>>;
+    /// Bucket multiselect, last pass: the keys of active labels written together by label.
+    const MULTISELECT_PLACE: KernelId<MultiParams<Self>>;
+    /// Bucket multiselect: each wanted key among its label's keys.
     const MULTISELECT_PICK: KernelId<PickParams<Self>>;
     /// Bucket multiselect: the count rows summed per label.
     const MULTISELECT_TOTALS: KernelId<MultiParams<Self>>;
@@ -220,6 +225,8 @@ crate::__kernel_table! {
         MULTISELECT_COUNT = multiselect_count(MultiParams) => multiselect_count_body;
         MULTISELECT_FILTER = multiselect_filter(MultiParams) => multiselect_filter_body;
         MULTISELECT_BLOCK_COUNTS = multiselect_block_counts(MultiParams) => multiselect_block_counts_body;
+        MULTISELECT_BASES = multiselect_bases(MultiParams) => multiselect_bases_body;
+        MULTISELECT_PLACE = multiselect_place(MultiParams) => multiselect_place_body;
         MULTISELECT_PICK = multiselect_pick(PickParams) => multiselect_pick_body;
         MULTISELECT_TOTALS = multiselect_totals(MultiParams) => multiselect_totals_body;
         MULTISELECT_GATHER = multiselect_gather(GatherKeysParams) => multiselect_gather_body;

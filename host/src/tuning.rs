@@ -53,8 +53,11 @@ pub struct Tuning {
     /// launches, one after another in the same workspace (a row needing more runs alone).
     pub rows_large_k_workspace_bytes: usize,
     /// Bucket multiselect reads each rank among its label's keys (one block per rank) once
-    /// every active label holds at most this many keys (2048, the kernel's most); more take
-    /// another filter pass.
+    /// every active label holds at most this many keys (2^18); more take another filter
+    /// pass. The pick reads a label's keys from global memory, a digit a read, until at
+    /// most 2048 share the digits chosen, then from shared memory: a label of 2^18 keys
+    /// takes about two reads of them by one block, where a filter pass over the data
+    /// would take two to three reads of all of it and a round trip to the host.
     pub multiselect_pick_max: u32,
     /// Labels a bucket multiselect filter shares out among the active labels (8192, the
     /// kernels' most); with more than half as many active labels the kept keys are sorted.
@@ -109,7 +112,7 @@ impl Default for Tuning {
             rows_warp_per_row: None,
             rows_radix_parts: None,
             rows_large_k_workspace_bytes: 256 << 20,
-            multiselect_pick_max: 2048,
+            multiselect_pick_max: 1 << 18,
             multiselect_labels: 8192,
             knn_tile_bytes: 1 << 30,
             knn_streams: 1,

@@ -25,12 +25,15 @@
 //! - [`block_counts`]: how many keys each block will keep in the next filter, from the
 //!   previous pass's count rows and the active labels; each filter block starts its output
 //!   after the earlier blocks' counts (exact, so the output is dense and no global cursor
-//!   is contended). The last filter instead writes each label's keys together, at the
-//!   label's start (a global cursor per label: few keys).
+//!   is contended).
 //! - [`totals`]: the count rows summed per label, for the host.
-//! - [`pick`]: one block per wanted rank, the key at its place among its label's keys (at
-//!   most [`PICK_MAX`] of them), by a radix select in shared memory (8-bit digits, top
-//!   first).
+//! - The last pass, once every active label is small enough to pick from: [`bases`] gives
+//!   each block the place of its keys of each active label (from the previous pass's
+//!   rows), and [`place`] writes the active labels' keys there, each label's together; no
+//!   child labels, no counts.
+//! - [`pick`]: one block per wanted rank, the key at its place among its label's keys, by
+//!   a radix select (8-bit digits, top first): from global memory while more than
+//!   [`PICK_MAX`] keys share the digits chosen, then in shared memory.
 //! - [`gather`]: keys at given positions, or at the sample's pseudo-random ones.
 //!
 //! Blocks keep their place between passes: block `b` of a filter over candidates reads the
@@ -60,7 +63,8 @@ pub const MAX_MULTI_BLOCKS: usize = 1024;
 pub const NO_SLOT: u16 = u16::MAX;
 /// Threads per block of [`gather`], [`totals`] and [`pick`].
 pub const SMALL_THREADS: u32 = 256;
-/// Keys of a label [`pick`] takes at most.
+/// Keys [`pick`] holds in shared memory: more sharing the digits chosen are read from
+/// global memory.
 pub const PICK_MAX: usize = 2048;
 /// Digit values of [`pick`]'s radix select (one per thread).
 const PICK_DIGITS: usize = SMALL_THREADS as usize;
@@ -107,7 +111,11 @@ impl FirstPass {
         let slot = (d.shr(self.slot_shift).low_u32() as usize).min(FIRST_SLOTS - 1);
         let entry = entry(slot);
         let within = d.and(B::from_u64((1u64 << self.slot_shift) - 1));
-        let from_table = (entry & 0xffff) + within.shr(entry >> 16).low_u32();
+        let shift = entry >> 16;
+        // The host's entries shift by less than the keys' width (by at most `slot_shift`);
+        // said here, the shift needs no mask (one instruction a key).
+        unsafe { core::hint::assert_unchecked(shift < B::BITS) };
+        let from_table = (entry & 0xffff) + within.shr(shift).low_u32();
         let above = if bits >= B::from_u64(self.nan) { self.nan_label } else { self.above };
         let outside = if bits < lo { self.below } else { above };
         if inside { from_table } else { outside }
@@ -165,9 +173,14 @@ pub struct MultiParams<K> {
     /// Filters: how many keys each block keeps ([`block_counts`] writes them); block `b`
     /// writes after the earlier blocks' keys.
     pub counts_out: GlobalPtr<u64>,
-    /// The last filter: each active parent's (slot's) next place in the output (its start,
-    /// counted up as keys arrive), instead of block regions. Null for the other filters.
+    /// [`bases`]: where each active parent's (slot's) keys start in the output of
+    /// [`place`].
     pub starts: GlobalPtr<u64>,
+    /// [`bases`]: each slot's parent label.
+    pub slot_labels: GlobalPtr<u32>,
+    /// [`bases`] writes, [`place`] reads: where block `b`'s keys of slot `s` start, at
+    /// `s · blocks + b`.
+    pub bases: GlobalPtr<u64>,
     /// Filters: the kept keys.
     pub keys_out: GlobalPtr<K>,
     /// Filters: the kept keys' labels.
@@ -225,16 +238,23 @@ pub fn sample_position(seed: u64, i: u64, len: u64) -> u64 {
 }
 
 /// One wanted rank for [`pick`]: the key at `offset` (from 0, smallest first) among the
-/// `len` keys at `start`.
+/// `len` keys at `start`, whose ordered bits lie in `low ..= low + (2^width − 1)`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Pick {
     /// Where the label's keys start.
     pub start: u64,
-    /// Its keys (at most [`PICK_MAX`]).
+    /// Ordered bits of the label's smallest possible key.
+    pub low: u64,
+    /// Its keys.
     pub len: u32,
     /// The wanted place among them (below `len`).
     pub offset: u32,
+    /// The label's keys differ from `low` in their low `width` bits only (at most the
+    /// keys' width).
+    pub width: u32,
+    /// Padding (0).
+    pub reserved: u32,
 }
 
 /// Launch parameters of [`pick`].
@@ -323,6 +343,32 @@ impl Default for BlockCountsLayout {
     }
 }
 
+/// Shared memory of [`bases`].
+pub struct BasesLayout {
+    /// The block scan's warp sums.
+    pub warp_sums: SharedRegion<u64>,
+    /// A chunk's total.
+    pub total: SharedRegion<u64>,
+    /// Bytes in all.
+    pub bytes: usize,
+}
+
+impl BasesLayout {
+    /// The layout.
+    pub const fn new() -> Self {
+        let layout = SharedLayout::new();
+        let (layout, warp_sums) = layout.push::<u64>(TILE_WARPS);
+        let (layout, total) = layout.push::<u64>(1);
+        Self { warp_sums, total, bytes: layout.bytes() }
+    }
+}
+
+impl Default for BasesLayout {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// Shared memory of [`pick`].
 pub struct PickLayout {
     /// The label's keys' ordered bits.
@@ -333,6 +379,8 @@ pub struct PickLayout {
     pub warp_sums: SharedRegion<u64>,
     /// The chosen digit, the place left within it, and its keys.
     pub choice: SharedRegion<u64>,
+    /// The next free entry of `bits` while the keys left are gathered.
+    pub cursor: SharedRegion<u32>,
     /// Bytes in all.
     pub bytes: usize,
 }
@@ -345,7 +393,8 @@ impl PickLayout {
         let (layout, histogram) = layout.push::<u32>(PICK_DIGITS);
         let (layout, warp_sums) = layout.push::<u64>(TILE_WARPS);
         let (layout, choice) = layout.push::<u64>(3);
-        Self { bits, histogram, warp_sums, choice, bytes: layout.bytes() }
+        let (layout, cursor) = layout.push::<u32>(1);
+        Self { bits, histogram, warp_sums, choice, cursor, bytes: layout.bytes() }
     }
 }
 
@@ -453,23 +502,30 @@ pub unsafe fn count<K: Key>(params: MultiParams<K>) {
     // block counts (as SampleSelect's count does).
     let load = |at: u64| unsafe { load_any_order(params.keys, at, end, vectors) };
     let mut next = if start < end { load(start) } else { [K::default(); TILE_ITEMS] };
+    let mut count_key = |key: K| {
+        let bits = key.to_ordered();
+        smallest = smallest.min(bits);
+        largest = largest.max(bits);
+        unsafe { runs.add(&histogram, labels_of.label_of(key)) };
+    };
+    // Whole tiles first, with no test of each key's place (the test and its branch took
+    // about a sixth of the loop's instructions); then the block's last, partial tile.
     let mut tile_start = start;
-    while tile_start < end {
+    while tile_start + TILE <= end {
         let keys = next;
         if tile_start + TILE < end {
             next = load(tile_start + TILE);
         }
+        unroll_items!(i => { count_key(keys[i]); });
+        tile_start += TILE;
+    }
+    if tile_start < end {
         let first = tile_start + device::thread_idx_x() as u64;
-        let full = tile_start + TILE <= end;
         unroll_items!(i => {
-            if full || first + (i as u64) * (TILE_THREADS as u64) < end {
-                let bits = keys[i].to_ordered();
-                smallest = smallest.min(bits);
-                largest = largest.max(bits);
-                unsafe { runs.add(&histogram, labels_of.label_of(keys[i])) };
+            if first + (i as u64) * (TILE_THREADS as u64) < end {
+                count_key(next[i]);
             }
         });
-        tile_start += TILE;
     }
     unsafe { runs.flush(&histogram) };
     unsafe { publish_row(&histogram, params.rows, params.labels as usize) };
@@ -511,17 +567,49 @@ unsafe fn region_start(
     start
 }
 
+/// Each parent's slot into shared memory (no barrier): one load then tells whether a key is
+/// kept and which slot it is.
+///
+/// # Safety
+/// *Block-wide*; `parent_labels ≤ MAX_LABELS` entries at `slot_of`.
+#[inline(always)]
+unsafe fn load_slots<K>(params: &MultiParams<K>, slot_of: &SharedSlice<u16>) {
+    let mut i = device::thread_idx_x() as usize;
+    while i < params.parent_labels as usize {
+        let slot = unsafe { params.slot_of.read(i as u64) }.min(NO_SLOT as u32) as u16;
+        unsafe { slot_of.store(i, slot) };
+        i += MULTI_THREADS as usize;
+    }
+}
+
+/// The keys a block reads: its range of the data, or (candidate passes) the region that
+/// block `b` of the previous filter wrote.
+///
+/// # Safety
+/// *Block-wide* (ends with a barrier); as [`filter`].
+#[inline(always)]
+unsafe fn input_range<K>(
+    params: &MultiParams<K>,
+    warp_sums: &SharedSlice<u64>,
+    region: &SharedSlice<u64>,
+) -> (u64, u64) {
+    if params.labels_in.is_null() {
+        block_range(params.len, params.blocks)
+    } else {
+        let start = unsafe { region_start(params.counts_in, warp_sums, region) };
+        (start, start + unsafe { params.counts_in.read(device::block_idx_x() as u64) })
+    }
+}
+
 /// The `multiselect_filter_<key>` kernel: the keys of active parents copied, with their
-/// new labels, to the block's output region (or, for the last filter, to their label's
-/// place), and counted per block.
+/// new labels, to the block's output region, and counted per block.
 ///
 /// # Safety
 /// As [`count`]; `parent_labels ≤ MAX_LABELS` entries at `slot_of`, below [`MAX_LABELS`]
 /// for the active parents and `u32::MAX` for the others; `slots` holds every active
 /// parent's subdivision, whose labels are below `labels`; `counts_out` as [`block_counts`]
-/// computed them from the previous pass's rows and the same active parents, or
-/// `starts` with room for each label's keys; candidate passes: `counts_in` as the previous
-/// filter's `counts_out`, with the same `blocks`.
+/// computed them from the previous pass's rows and the same active parents; candidate
+/// passes: `counts_in` as the previous filter's `counts_out`, with the same `blocks`.
 pub unsafe fn filter<K: Key>(params: MultiParams<K>) {
     if params.blocks == 0 {
         return;
@@ -531,31 +619,14 @@ pub unsafe fn filter<K: Key>(params: MultiParams<K>) {
         unsafe { (layout.histogram.bind(), layout.slot_of.bind(), layout.cursor.bind()) };
     let (warp_sums, region) = unsafe { (layout.warp_sums.bind(), layout.region.bind()) };
     unsafe { clear(&histogram, params.labels as usize) };
-    // Each parent's slot, in shared memory: one load tells whether a key is kept and where
-    // its parent's split is.
-    let mut i = device::thread_idx_x() as usize;
-    while i < params.parent_labels as usize {
-        let slot = unsafe { params.slot_of.read(i as u64) }.min(NO_SLOT as u32) as u16;
-        unsafe { slot_of.store(i, slot) };
-        i += MULTI_THREADS as usize;
-    }
+    unsafe { load_slots(&params, &slot_of) };
     if device::thread_idx_x() == 0 {
         unsafe { cursor.store(0, 0) };
     }
     let data_pass = params.labels_in.is_null();
     let first_labels = unsafe { FirstLabels::load(&params, &layout) };
-
-    let (start, end) = if data_pass {
-        block_range(params.len, params.blocks)
-    } else {
-        let start = unsafe { region_start(params.counts_in, &warp_sums, &region) };
-        (start, start + unsafe { params.counts_in.read(device::block_idx_x() as u64) })
-    };
-    let out_start = if params.starts.is_null() {
-        unsafe { region_start(params.counts_out, &warp_sums, &region) }
-    } else {
-        0
-    };
+    let (start, end) = unsafe { input_range(&params, &warp_sums, &region) };
+    let out_start = unsafe { region_start(params.counts_out, &warp_sums, &region) };
     unsafe { device::sync_threads() };
     let pass =
         FilterPass { params: &params, histogram: &histogram, slot_of: &slot_of, cursor: &cursor, out_start };
@@ -622,8 +693,7 @@ impl<K: Key> FilterPass<'_, K> {
 
 /// Counts each of the thread's keys whose parent has a slot (not [`NO_SLOT`]) under its
 /// child label in its parent's split and, unless the child is a single bit pattern,
-/// appends it with that label: to the block's output or, for the last filter, at its
-/// parent's next place.
+/// appends it with that label to the block's output.
 ///
 /// In two phases, so that a warp reserves its places for the whole tile with one shared
 /// atomic: first every item is labelled and counted and a ballot per item marks the lanes
@@ -667,25 +737,126 @@ unsafe fn keep_tile<K: Key>(
     }
     let lane = device::lane_id();
     let mut base = 0;
-    if lane == 0 && params.starts.is_null() {
+    if lane == 0 {
         base = unsafe { cursor.atomic_add(0, written) };
     }
     let place = out_start + unsafe { device::shfl_idx_u32(u32::MAX, base, 0) } as u64;
     unroll_items!(i => {
         if writers[i] >> lane & 1 != 0 {
             let (label, _) = child(i);
-            let at = if params.starts.is_null() {
-                let before: u32 = writers[..i].iter().map(|w| w.count_ones()).sum();
-                place + (before + (writers[i] & device::lanemask_lt()).count_ones()) as u64
-            } else {
-                unsafe { device::global_atomic_add_u64(params.starts.as_ptr().add(slots[i] as usize), 1) }
-            };
+            let before: u32 = writers[..i].iter().map(|w| w.count_ones()).sum();
+            let at = place + (before + (writers[i] & device::lanemask_lt()).count_ones()) as u64;
             unsafe {
                 params.keys_out.write(at, keys[i]);
                 params.labels_out.write(at, label);
             }
         }
     });
+}
+
+/// The `multiselect_bases_<key>` kernel (a block per active parent, or slot): where each
+/// block's keys of the slot go in [`place`]'s output, after the slot's `starts` entry and
+/// the earlier blocks' keys of it (their counts in the previous pass's rows).
+///
+/// # Safety
+/// [`MULTI_THREADS`] threads, [`BasesLayout::bytes`] of shared memory, a block per slot;
+/// `slot_labels` and `starts` hold an entry per slot; `bases` room for `slots · blocks`;
+/// `rows` as the previous pass wrote them.
+pub unsafe fn bases<K: Key>(params: MultiParams<K>) {
+    let layout = BasesLayout::new();
+    let (warp_sums, total) = unsafe { (layout.warp_sums.bind(), layout.total.bind()) };
+    let slot = device::block_idx_x() as u64;
+    let label = unsafe { params.slot_labels.read(slot) } as u64;
+    let mut before_chunk = unsafe { params.starts.read(slot) };
+    let mut chunk = 0u64;
+    while chunk < params.blocks as u64 {
+        let block = chunk + device::thread_idx_x() as u64;
+        let count = if block < params.blocks as u64 {
+            unsafe { params.rows.read(block * MAX_LABELS as u64 + label) }
+        } else {
+            0
+        };
+        let before = unsafe { exclusive_scan_add_u64(count as u64, &warp_sums) };
+        if block < params.blocks as u64 {
+            unsafe { params.bases.write(slot * params.blocks as u64 + block, before_chunk + before) };
+        }
+        if device::thread_idx_x() == MULTI_THREADS - 1 {
+            unsafe { total.store(0, before + count as u64) };
+        }
+        unsafe { device::sync_threads() };
+        before_chunk += unsafe { total.load(0) };
+        unsafe { device::sync_threads() }; // the next chunk's store waits for every load
+        chunk += MULTI_THREADS as u64;
+    }
+}
+
+/// The `multiselect_place_<key>` kernel, the last pass when every rank is picked among its
+/// label's keys: the keys of active parents written together by parent (slot), each
+/// block's at the places [`bases`] gave it. No child labels, no counts: a kept key costs
+/// one shared atomic (its place among the block's keys of its slot) and one store.
+///
+/// # Safety
+/// As [`filter`] (without `slots`, `counts_out` and `labels_out`); `labels` is the number
+/// of slots; `bases` as [`bases`] wrote them for the same slots and blocks.
+pub unsafe fn place<K: Key>(params: MultiParams<K>) {
+    if params.blocks == 0 {
+        return;
+    }
+    let layout = PassLayout::new();
+    let (placed, slot_of) = unsafe { (layout.histogram.bind(), layout.slot_of.bind()) };
+    let (warp_sums, region) = unsafe { (layout.warp_sums.bind(), layout.region.bind()) };
+    unsafe { clear(&placed, params.labels as usize) };
+    unsafe { load_slots(&params, &slot_of) };
+    let first_labels = unsafe { FirstLabels::load(&params, &layout) };
+    let (start, end) = unsafe { input_range(&params, &warp_sums, &region) };
+    unsafe { device::sync_threads() };
+    let block = device::block_idx_x() as u64;
+    let keep = |key: K, parent: u32| {
+        let slot = unsafe { slot_of.load(parent as usize) };
+        if slot != NO_SLOT {
+            let base = unsafe { params.bases.read(slot as u64 * params.blocks as u64 + block) };
+            let at = base + unsafe { placed.atomic_add(slot as usize, 1) } as u64;
+            unsafe { params.keys_out.write(at, key) };
+        }
+    };
+    if params.labels_in.is_null() {
+        let vectors = params.keys.address().is_multiple_of(16);
+        let load = |at: u64| unsafe { load_any_order(params.keys, at, end, vectors) };
+        let keep_key = |key: K| keep(key, unsafe { first_labels.label_of(key) });
+        // As in the count: whole tiles with no test of each key's place, tile t + 1 loaded
+        // while tile t is placed, then the last, partial tile.
+        let mut next = if start < end { load(start) } else { [K::default(); TILE_ITEMS] };
+        let mut tile_start = start;
+        while tile_start + TILE <= end {
+            let keys = next;
+            if tile_start + TILE < end {
+                next = load(tile_start + TILE);
+            }
+            unroll_items!(i => { keep_key(keys[i]); });
+            tile_start += TILE;
+        }
+        if tile_start < end {
+            let first = tile_start + device::thread_idx_x() as u64;
+            unroll_items!(i => {
+                if first + (i as u64) * (TILE_THREADS as u64) < end {
+                    keep_key(next[i]);
+                }
+            });
+        }
+    } else {
+        let mut tile_start = start;
+        while tile_start < end {
+            let keys = unsafe { load_keys(params.keys, tile_start, end) };
+            let parents = unsafe { load_keys(params.labels_in, tile_start, end) };
+            let first = tile_start + device::thread_idx_x() as u64;
+            unroll_items!(i => {
+                if first + (i as u64) * (TILE_THREADS as u64) < end {
+                    keep(keys[i], parents[i]);
+                }
+            });
+            tile_start += TILE;
+        }
+    }
 }
 
 /// The `multiselect_block_counts_<key>` kernel (a block per count row): `counts_out[b]` =
@@ -747,74 +918,150 @@ pub unsafe fn totals<K: Key>(params: MultiParams<K>) {
 }
 
 /// The `multiselect_pick_<key>` kernel (a block per wanted rank): the key at the pick's
-/// place among its label's keys, by a radix select over their ordered bits in shared
-/// memory: per 8-bit digit, top first, a histogram of the keys that share the digits chosen
-/// so far, a block scan, and the digit whose keys hold the place.
+/// place among its label's keys, by a radix select over their ordered bits less `low`:
+/// per 8-bit digit, top first, a histogram of the keys that share the digits chosen so
+/// far, a block scan, and the digit whose keys hold the place. While more than
+/// [`PICK_MAX`] keys share the digits, each digit reads them from global memory (the
+/// label's keys, just written, mostly from L2); then the keys left are gathered into
+/// shared memory and the rest of the digits read them there.
 ///
 /// # Safety
 /// [`SMALL_THREADS`] threads, [`PickLayout::bytes`] of shared memory, a block per pick;
-/// each pick's keys lie inside `keys`, `len ≤ PICK_MAX`, `offset < len`.
+/// each pick's keys lie inside `keys` and in its range, `offset < len`.
 pub unsafe fn pick<K: Key>(params: PickParams<K>) {
     let layout = PickLayout::new();
     let (bits, histogram) = unsafe { (layout.bits.bind(), layout.histogram.bind()) };
-    let (warp_sums, choice) = unsafe { (layout.warp_sums.bind(), layout.choice.bind()) };
+    let (warp_sums, choice, cursor) =
+        unsafe { (layout.warp_sums.bind(), layout.choice.bind(), layout.cursor.bind()) };
     let which = device::block_idx_x() as u64;
     let pick = unsafe { params.picks.read(which) };
-    let len = (pick.len as usize).min(PICK_MAX);
-    let thread = device::thread_idx_x() as usize;
-    let mut i = thread;
-    while i < len {
-        unsafe { bits.store(i, params.keys.read(pick.start + i as u64).to_ordered().to_u64()) };
-        i += SMALL_THREADS as usize;
+    let thread = device::thread_idx_x() as u64;
+    let relative =
+        |i: u64| unsafe { params.keys.read(pick.start + i) }.to_ordered().to_u64().wrapping_sub(pick.low);
+    let answer = |relative: u64| K::from_ordered(K::Bits::from_u64(relative.wrapping_add(pick.low)));
+    // The digits chosen so far (`prefix` under `mask`), the place left among the keys
+    // that share them, and how many do.
+    let mut digits = Digits { prefix: 0, mask: 0, place: pick.offset as u64, sharing: pick.len as u64 };
+    let mut shift = pick.width.min(K::Bits::BITS);
+    let len = pick.len as u64;
+    while shift > 0 && digits.sharing > PICK_MAX as u64 {
+        shift = shift.saturating_sub(8);
+        unsafe { digits.choose(shift, &histogram, &warp_sums, &choice, len, relative) };
     }
-    let (mut prefix, mut mask, mut place) = (0u64, 0u64, pick.offset as u64);
-    // The keys sharing the digits chosen so far; one left is the answer.
-    let mut sharing = len as u64;
-    let mut shift = K::Bits::BITS;
-    while shift > 0 && sharing > 1 {
-        shift -= 8;
-        unsafe { histogram.store(thread, 0) };
-        unsafe { device::sync_threads() };
-        let mut i = thread;
-        while i < len {
-            let key = unsafe { bits.load(i) };
-            if key & mask == prefix {
-                unsafe { histogram.atomic_add((key >> shift) as usize & 0xff, 1) };
-            }
-            i += SMALL_THREADS as usize;
-        }
-        unsafe { device::sync_threads() };
-        let count = unsafe { histogram.load(thread) } as u64;
-        let before = unsafe { exclusive_scan_add_u64(count, &warp_sums) };
-        if before <= place && place < before + count {
-            unsafe {
-                choice.store(0, thread as u64);
-                choice.store(1, place - before);
-                choice.store(2, count);
-            }
-        }
-        unsafe { device::sync_threads() };
-        prefix |= unsafe { choice.load(0) } << shift;
-        mask |= 0xff << shift;
-        place = unsafe { choice.load(1) };
-        sharing = unsafe { choice.load(2) };
-        unsafe { device::sync_threads() }; // every thread read the choice before the next
-    }
-    if sharing > 1 {
+    if shift == 0 {
         // Every digit chosen: the keys left are equal.
         if thread == 0 {
-            unsafe { params.out.write(which, K::from_ordered(K::Bits::from_u64(prefix))) };
+            unsafe { params.out.write(which, answer(digits.prefix)) };
+        }
+        return;
+    }
+    // The keys left, at most PICK_MAX, in shared memory: all of them, or those sharing the
+    // digits chosen.
+    if thread == 0 {
+        unsafe { cursor.store(0, 0) };
+    }
+    unsafe { device::sync_threads() };
+    for_each_key(len, relative, |key| {
+        if key & digits.mask == digits.prefix {
+            unsafe { bits.store(cursor.atomic_add(0, 1) as usize, key) };
+        }
+    });
+    unsafe { device::sync_threads() };
+    let stored = digits.sharing;
+    while shift > 0 && digits.sharing > 1 {
+        shift = shift.saturating_sub(8);
+        unsafe { digits.choose(shift, &histogram, &warp_sums, &choice, stored, |i| bits.load(i as usize)) };
+    }
+    if digits.sharing > 1 {
+        // Every digit chosen: the keys left are equal.
+        if thread == 0 {
+            unsafe { params.out.write(which, answer(digits.prefix)) };
         }
         return;
     }
     // The one key with the chosen digits.
     let mut i = thread;
-    while i < len {
-        let key = unsafe { bits.load(i) };
-        if key & mask == prefix {
-            unsafe { params.out.write(which, K::from_ordered(K::Bits::from_u64(key))) };
+    while i < stored {
+        let key = unsafe { bits.load(i as usize) };
+        if key & digits.mask == digits.prefix {
+            unsafe { params.out.write(which, answer(key)) };
         }
-        i += SMALL_THREADS as usize;
+        i += SMALL_THREADS as u64;
+    }
+}
+
+/// Hands `each` the keys `key_at(i)` for this thread's `i` below `len` (from its index, a
+/// block apart), sixteen loads issued before the first key is used: a block per pick reads
+/// a label of many keys from global memory, and one load in flight a thread left it
+/// waiting on each in turn (H100: 101 µs for two picks of a large label).
+#[inline(always)]
+fn for_each_key(len: u64, key_at: impl Fn(u64) -> u64, mut each: impl FnMut(u64)) {
+    const LOADS: u64 = 16;
+    let stride = SMALL_THREADS as u64;
+    let mut i = device::thread_idx_x() as u64;
+    while i + (LOADS - 1) * stride < len {
+        let keys: [u64; LOADS as usize] = core::array::from_fn(|j| key_at(i + j as u64 * stride));
+        // By index: iterating the array by value kept it in local memory.
+        #[allow(clippy::needless_range_loop)]
+        for j in 0..LOADS as usize {
+            each(keys[j]);
+        }
+        i += LOADS * stride;
+    }
+    while i < len {
+        each(key_at(i));
+        i += stride;
+    }
+}
+
+/// [`pick`]'s radix select so far.
+struct Digits {
+    prefix: u64,
+    mask: u64,
+    place: u64,
+    sharing: u64,
+}
+
+impl Digits {
+    /// Chooses the digit at `shift` (8 bits; digits may overlap bits chosen before, which
+    /// the keys left share) among keys `key_at(0 .. len)` that share the digits so far.
+    ///
+    /// # Safety
+    /// *Block-wide*, [`SMALL_THREADS`] threads; ends with a barrier.
+    #[inline(always)]
+    unsafe fn choose(
+        &mut self,
+        shift: u32,
+        histogram: &SharedSlice<u32>,
+        warp_sums: &SharedSlice<u64>,
+        choice: &SharedSlice<u64>,
+        len: u64,
+        key_at: impl Fn(u64) -> u64,
+    ) {
+        let thread = device::thread_idx_x() as usize;
+        unsafe { histogram.store(thread, 0) };
+        unsafe { device::sync_threads() };
+        for_each_key(len, key_at, |key| {
+            if key & self.mask == self.prefix {
+                unsafe { histogram.atomic_add((key >> shift) as usize & 0xff, 1) };
+            }
+        });
+        unsafe { device::sync_threads() };
+        let count = unsafe { histogram.load(thread) } as u64;
+        let before = unsafe { exclusive_scan_add_u64(count, warp_sums) };
+        if before <= self.place && self.place < before + count {
+            unsafe {
+                choice.store(0, thread as u64);
+                choice.store(1, self.place - before);
+                choice.store(2, count);
+            }
+        }
+        unsafe { device::sync_threads() };
+        self.prefix |= unsafe { choice.load(0) } << shift;
+        self.mask |= 0xff << shift;
+        self.place = unsafe { choice.load(1) };
+        self.sharing = unsafe { choice.load(2) };
+        unsafe { device::sync_threads() }; // every thread read the choice before the next
     }
 }
 

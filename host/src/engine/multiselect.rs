@@ -16,11 +16,14 @@
 //!    second read of the data, the last one), but not those whose child is one bit pattern:
 //!    those are counted only;
 //! 4. more filters over the kept keys, until every active label holds at most
-//!    [`Tuning::multiselect_pick_max`](crate::Tuning) keys: the last filter keeps them
-//!    grouped by label, and one block per rank picks its key among its label's (a radix
-//!    select). After [`MAX_FILTERS`] filters, or when more than half the labels would be
-//!    active, the last filter's keys are sorted instead and each rank read at its place.
-//!    Each split at least halves a label's range of bits, so a run ends.
+//!    [`Tuning::multiselect_pick_max`](crate::Tuning) keys (2^18; the count's labels of
+//!    spread data hold a few times `n / 8192` keys at most, so up to about 2^29 keys the
+//!    data's second read is the last pass): the last pass places the active labels' keys
+//!    together by label, with no split and no counts, and one block per rank picks its key
+//!    among its label's (a radix select). After [`MAX_FILTERS`] filters, or when more than
+//!    half the labels would be active, the last filter's keys are sorted instead and each
+//!    rank read at its place. Each split at least halves a label's range of bits, so a run
+//!    ends.
 //!
 //! Each step is exact: labels are counted, not estimated, and every answer is read from the
 //! keys that can hold it or from a label of one value. The sample only decides how fast it
@@ -28,8 +31,8 @@
 
 use gpu_select_kernels::params::GlobalPtr;
 use gpu_select_kernels::select::multi::{
-    BlockCountsLayout, FIRST_SLOTS, FirstPass, GatherKeysParams, MAX_LABELS, MAX_MULTI_BLOCKS, MULTI_THREADS,
-    MultiParams, PICK_MAX, PassLayout, Pick, PickLayout, PickParams, SMALL_THREADS, Split, TOTALS_ROWS,
+    BasesLayout, BlockCountsLayout, FIRST_SLOTS, FirstPass, GatherKeysParams, MAX_LABELS, MAX_MULTI_BLOCKS,
+    MULTI_THREADS, MultiParams, PassLayout, Pick, PickLayout, PickParams, SMALL_THREADS, Split, TOTALS_ROWS,
 };
 use gpu_select_kernels::{Key, OrderedBits};
 
@@ -122,9 +125,39 @@ fn first_pass<K: Key>(sample: &[u64]) -> (FirstPass, Vec<u32>, LabelSpace) {
         per_slot[((bits - lo) >> slot_shift) as usize] += 1;
     }
     // Labels in proportion to the sample (a quarter key's weight for an empty slot), a power
-    // of two per slot, no finer than single bit patterns.
-    let budget = (MAX_LABELS - 3) as f64;
+    // of two per slot, no finer than single bit patterns: the power nearest to the slot's
+    // share (in log2), then, while over the budget, the one below it for the slots most
+    // above their share. (Rounding every share down used about 72 % of the labels, so a
+    // label held 1.4 times the keys it needed to.)
+    let budget = MAX_LABELS - 3;
     let weight = finite.len() as f64 + 0.25 * slots as f64;
+    let slot_range = |slot: usize| {
+        let slot_low = lo + ((slot as u64) << slot_shift);
+        (slot_low, slot_low.saturating_add((1u64 << slot_shift) - 1).min(hi))
+    };
+    let labels_of = |slot: usize, exponent: u32| {
+        let (slot_low, slot_high) = slot_range(slot);
+        (((slot_high - slot_low) >> (slot_shift - exponent)) + 1) as usize
+    };
+    let share: Vec<f64> =
+        per_slot.iter().map(|&count| budget as f64 * (count as f64 + 0.25) / weight).collect();
+    let mut exponents: Vec<u32> =
+        share.iter().map(|&wanted| (wanted.max(1.0).log2().round() as u32).min(slot_shift)).collect();
+    let mut total: usize = (0..slots).map(|slot| labels_of(slot, exponents[slot])).sum();
+    if total > budget {
+        let mut above: Vec<usize> = (0..slots).filter(|&slot| exponents[slot] > 0).collect();
+        above.sort_by(|&a, &b| {
+            let ratio = |slot: usize| (1u64 << exponents[slot]) as f64 / share[slot];
+            ratio(b).total_cmp(&ratio(a))
+        });
+        for slot in above {
+            if total <= budget {
+                break;
+            }
+            total -= labels_of(slot, exponents[slot]) - labels_of(slot, exponents[slot] - 1);
+            exponents[slot] -= 1;
+        }
+    }
     let mut space = LabelSpace::default();
     let below_high = lo.checked_sub(1);
     space.ranges.push(match below_high {
@@ -132,11 +165,8 @@ fn first_pass<K: Key>(sample: &[u64]) -> (FirstPass, Vec<u32>, LabelSpace) {
         None => (1, 0), // empty
     });
     let mut table = vec![0u32; FIRST_SLOTS];
-    for (slot, &count) in per_slot.iter().enumerate() {
-        let slot_low = lo + ((slot as u64) << slot_shift);
-        let slot_high = slot_low.saturating_add((1u64 << slot_shift) - 1).min(hi);
-        let wanted = budget * (count as f64 + 0.25) / weight;
-        let exponent = (wanted.max(1.0).log2().floor() as u32).min(slot_shift);
+    for (slot, &exponent) in exponents.iter().enumerate() {
+        let (slot_low, slot_high) = slot_range(slot);
         let shift = slot_shift - exponent;
         let base = space.labels() as u32;
         table[slot] = base | shift << 16;
@@ -383,8 +413,8 @@ fn checked_ranks(ranks: Vec<u64>, n: u64) -> Result<Vec<u64>> {
 enum Finish {
     /// Subdivide the active labels again.
     No,
-    /// Every active label holds at most [`PICK_MAX`] keys: keep them grouped by label and
-    /// pick each rank among its label's keys.
+    /// Every active label holds at most [`Tuning::multiselect_pick_max`](crate::Tuning)
+    /// keys: place them together by label and pick each rank among its label's keys.
     Pick,
     /// Keep the active labels' keys and sort them ([`MAX_FILTERS`] filters done, or too
     /// many active labels to subdivide).
@@ -473,6 +503,14 @@ impl Tables {
     }
 }
 
+/// What the last pass reads: the first pass's labels (over the data) or the last filter's
+/// candidates and their labels.
+struct LastPass<'a, K> {
+    first: FirstPass,
+    table: &'a DeviceBuffer<u32>,
+    candidates: Option<&'a (DeviceBuffer<K>, DeviceBuffer<u32>)>,
+}
+
 /// One bucket multiselect run: its buffers and launch parameters.
 struct BucketRun<'a, K: SelectKey> {
     gpu: &'a Gpu,
@@ -516,6 +554,8 @@ impl<'a, K: SelectKey> BucketRun<'a, K> {
             slots: GlobalPtr::null(),
             counts_out: GlobalPtr::null(),
             starts: GlobalPtr::null(),
+            slot_labels: GlobalPtr::null(),
+            bases: GlobalPtr::null(),
             keys_out: GlobalPtr::null(),
             labels_out: GlobalPtr::null(),
             rows: self.rows.global_ptr(),
@@ -579,6 +619,89 @@ impl<'a, K: SelectKey> BucketRun<'a, K> {
         Ok((table_on_device, totals_and_extremes))
     }
 
+    /// The last pass over the data or the last filter's candidates: each active label's
+    /// keys placed together (`bases`, then `place`), then each pending rank picked among
+    /// its label's keys. One shard only: the totals are this run's own.
+    fn place_and_pick(
+        &self,
+        last: &LastPass<'_, K>,
+        space: &LabelSpace,
+        totals: &[u64],
+        progress: &[Progress],
+        (smallest, largest): (u64, u64),
+    ) -> Result<Vec<K>> {
+        let gpu = self.gpu;
+        let mut active: Vec<u32> = progress
+            .iter()
+            .filter_map(|p| match p {
+                Progress::Pending { label, .. } => Some(*label),
+                Progress::Found(_) => None,
+            })
+            .collect();
+        active.dedup(); // ascending, as the ranks are
+        let mut slot_of = vec![u32::MAX; space.labels()];
+        let mut starts = Vec::with_capacity(active.len());
+        let mut kept = 0u64;
+        for (slot, &label) in active.iter().enumerate() {
+            slot_of[label as usize] = slot as u32;
+            starts.push(kept);
+            kept += totals[label as usize];
+        }
+        let mut picks = Vec::new();
+        for p in progress {
+            if let Progress::Pending { label, offset } = *p {
+                let (low, high) = space.ranges[label as usize];
+                let (low, high) = (low.max(smallest), high.min(largest));
+                picks.push(Pick {
+                    start: starts[slot_of[label as usize] as usize],
+                    low,
+                    len: totals[label as usize] as u32,
+                    offset: offset as u32,
+                    width: bit_length(high - low),
+                    reserved: 0,
+                });
+            }
+        }
+        // The tables in one upload (each upload waits for the stream).
+        let mut tables = Tables::default();
+        let slot_of_at = tables.push(&slot_of);
+        let slot_labels_at = tables.push(&active);
+        let starts_at = tables.push(&starts);
+        let picks_at = tables.push(&picks);
+        let tables_on_device = gpu.upload(&tables.bytes)?;
+        let at = |offset: u64| tables_on_device.global_ptr().address() + offset;
+        let bases = gpu.alloc_uninit::<u64>(active.len() * self.blocks as usize)?;
+        let keys_out = gpu.alloc_uninit::<K>(kept as usize)?;
+        let (keys, labels_in, len) = match last.candidates {
+            Some((keys, labels)) => (keys.global_ptr(), labels.global_ptr(), keys.len() as u64),
+            None => (self.keys.global_ptr(), GlobalPtr::null(), self.keys.len() as u64),
+        };
+        let params = MultiParams {
+            keys,
+            len,
+            labels_in,
+            counts_in: self.counts[0].global_ptr(),
+            table: last.table.global_ptr(),
+            first: last.first,
+            slot_of: GlobalPtr::from_address(at(slot_of_at)),
+            slot_labels: GlobalPtr::from_address(at(slot_labels_at)),
+            starts: GlobalPtr::from_address(at(starts_at)),
+            bases: bases.global_ptr(),
+            keys_out: keys_out.global_ptr(),
+            labels: active.len() as u32,
+            parent_labels: space.labels() as u32,
+            ..self.params()
+        };
+        let shape = LaunchShape {
+            grid: (active.len() as u32, 1),
+            block_threads: MULTI_THREADS,
+            shared_bytes: BasesLayout::new().bytes,
+        };
+        gpu.launch(K::MULTISELECT_BASES, shape, params)?;
+        gpu.launch(K::MULTISELECT_PLACE, self.pass_shape(), params)?;
+        gpu.pick_keys(&keys_out, GlobalPtr::from_address(at(picks_at)), picks.len())
+    }
+
     /// The run over this shard's keys, sharing what `exchange` shares with the other
     /// shards' runs (nothing when alone): every shard takes the same decisions from the
     /// same shared totals.
@@ -626,12 +749,22 @@ impl<'a, K: SelectKey> BucketRun<'a, K> {
         unique.dedup();
 
         let mut progress = place_ranks(&totals, &unique);
+        // The smallest and largest keys are the count's extremes: ranks 0 and n − 1 (the
+        // quantiles at 0 and 1) are answered here, not read from the labels below and above
+        // the sample, each of which holds about n / 1025 keys.
+        for (p, &rank) in progress.iter_mut().zip(&unique) {
+            if rank == 0 {
+                *p = Progress::Found(smallest);
+            } else if rank == n - 1 {
+                *p = Progress::Found(largest);
+            }
+        }
         let mut space = first;
         let mut data_passes = 1;
         // The last filter's output (None: the data).
         let mut candidates: Option<(DeviceBuffer<K>, DeviceBuffer<u32>)> = None;
         let mut filters = 0u32;
-        let pick_max = gpu.tuning().multiselect_pick_max.clamp(1, PICK_MAX as u32) as u64;
+        let pick_max = gpu.tuning().multiselect_pick_max.max(1) as u64;
         let label_budget = (gpu.tuning().multiselect_labels as usize).clamp(2, MAX_LABELS);
         loop {
             // A label holds one value when its range is one bit pattern, or when its range
@@ -672,6 +805,18 @@ impl<'a, K: SelectKey> BucketRun<'a, K> {
                 }
                 _ => Finish::No,
             };
+            if finish == Finish::Pick {
+                // The last pass: the active labels' keys placed together by label, and each
+                // rank picked among its label's keys (no split, no counts).
+                if candidates.is_none() {
+                    data_passes += 1;
+                }
+                let last =
+                    LastPass { first: first_pass, table: &table_on_device, candidates: candidates.as_ref() };
+                let found = self.place_and_pick(&last, &space, &totals, &progress, (smallest, largest))?;
+                fill_pending(&mut progress, found.iter().map(|k| k.to_ordered().to_u64()));
+                break;
+            }
             // Each active label's split (one child each to finish), over its exact range
             // within the data's extremes.
             let spare = (label_budget - 2 * active.len().min(label_budget / 2)) as u64;
@@ -721,7 +866,6 @@ impl<'a, K: SelectKey> BucketRun<'a, K> {
                 let written_at = tables.push(&written);
                 let slot_of_at = tables.push(&slot_of);
                 let slots_at = tables.push(&slots);
-                let starts_at = (finish == Finish::Pick).then(|| tables.push(&label_starts));
                 let tables_on_device = gpu.upload(&tables.bytes)?;
                 let tables_address = tables_on_device.global_ptr().address();
                 let keys_out = gpu.alloc_uninit::<K>(local_kept as usize)?;
@@ -741,23 +885,19 @@ impl<'a, K: SelectKey> BucketRun<'a, K> {
                     slot_of: GlobalPtr::from_address(tables_address + slot_of_at),
                     slots: GlobalPtr::from_address(tables_address + slots_at),
                     counts_out: self.counts[1].global_ptr(),
-                    starts: starts_at
-                        .map_or(GlobalPtr::null(), |at| GlobalPtr::from_address(tables_address + at)),
                     keys_out: keys_out.global_ptr(),
                     labels_out: labels_out.global_ptr(),
                     labels: next_labels,
                     parent_labels,
                     ..self.params()
                 };
-                if finish != Finish::Pick {
-                    // Each block's share of the kept keys, from the last pass's rows.
-                    let shape = LaunchShape {
-                        grid: (self.blocks, 1),
-                        block_threads: MULTI_THREADS,
-                        shared_bytes: BlockCountsLayout::new().bytes,
-                    };
-                    gpu.launch(K::MULTISELECT_BLOCK_COUNTS, shape, filter)?;
-                }
+                // Each block's share of the kept keys, from the last pass's rows.
+                let shape = LaunchShape {
+                    grid: (self.blocks, 1),
+                    block_threads: MULTI_THREADS,
+                    shared_bytes: BlockCountsLayout::new().bytes,
+                };
+                gpu.launch(K::MULTISELECT_BLOCK_COUNTS, shape, filter)?;
                 gpu.launch(K::MULTISELECT_FILTER, self.pass_shape(), filter)?;
                 Ok((keys_out, labels_out))
             })();
@@ -775,20 +915,7 @@ impl<'a, K: SelectKey> BucketRun<'a, K> {
                     .collect()
             };
             match finish {
-                Finish::Pick => {
-                    let (keys_out, _) = filtered?;
-                    let mut picks = Vec::new();
-                    for p in progress.iter() {
-                        if let Progress::Pending { label, offset } = *p {
-                            let slot = slot_of[label as usize] as usize;
-                            let len = totals[label as usize] as u32;
-                            picks.push(Pick { start: label_starts[slot], len, offset: offset as u32 });
-                        }
-                    }
-                    let found = gpu.pick_keys(&keys_out, &picks)?;
-                    fill_pending(&mut progress, found.iter().map(|k| k.to_ordered().to_u64()));
-                    break;
-                }
+                Finish::Pick => unreachable!("picked above"),
                 Finish::Sort => {
                     // The kept keys sorted: active label `a`'s keys start after the earlier
                     // active labels' keys.
@@ -879,20 +1006,21 @@ fn fill_pending(progress: &mut [Progress], found: impl Iterator<Item = u64>) {
 }
 
 impl Gpu {
-    /// For each pick, its key among the last filter's grouped keys, read back.
-    fn pick_keys<K: SelectKey>(&self, keys: &DeviceBuffer<K>, picks: &[Pick]) -> Result<Vec<K>> {
-        let picks_on_device = self.upload(picks)?;
-        let out = self.alloc_uninit::<K>(picks.len())?;
+    /// For each of the `count` picks at `picks`, its key among the last pass's keys
+    /// (placed by label), read back.
+    fn pick_keys<K: SelectKey>(
+        &self,
+        keys: &DeviceBuffer<K>,
+        picks: GlobalPtr<Pick>,
+        count: usize,
+    ) -> Result<Vec<K>> {
+        let out = self.alloc_uninit::<K>(count)?;
         let shape = LaunchShape {
-            grid: (picks.len() as u32, 1),
+            grid: (count as u32, 1),
             block_threads: SMALL_THREADS,
             shared_bytes: PickLayout::new().bytes,
         };
-        let params = PickParams {
-            keys: keys.global_ptr(),
-            picks: picks_on_device.global_ptr(),
-            out: out.global_ptr(),
-        };
+        let params = PickParams { keys: keys.global_ptr(), picks, out: out.global_ptr() };
         self.launch(K::MULTISELECT_PICK, shape, params)?;
         self.download(&out)
     }
