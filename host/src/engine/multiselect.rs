@@ -32,7 +32,8 @@
 use gpu_select_kernels::params::GlobalPtr;
 use gpu_select_kernels::select::multi::{
     BasesLayout, BlockCountsLayout, FIRST_SLOTS, FirstPass, GatherKeysParams, MAX_LABELS, MAX_MULTI_BLOCKS,
-    MULTI_THREADS, MultiParams, PassLayout, Pick, PickLayout, PickParams, SMALL_THREADS, Split, TOTALS_ROWS,
+    MULTI_THREADS, MultiParams, PLACE_SLOTS, PassLayout, Pick, PickLayout, PickParams, PlaceLayout,
+    SMALL_THREADS, Split, TOTALS_ROWS,
 };
 use gpu_select_kernels::{Key, OrderedBits};
 
@@ -698,7 +699,8 @@ impl<'a, K: SelectKey> BucketRun<'a, K> {
             shared_bytes: BasesLayout::new().bytes,
         };
         gpu.launch(K::MULTISELECT_BASES, shape, params)?;
-        gpu.launch(K::MULTISELECT_PLACE, self.pass_shape(), params)?;
+        let shape = LaunchShape { shared_bytes: PlaceLayout::new().bytes, ..self.pass_shape() };
+        gpu.launch(K::MULTISELECT_PLACE, shape, params)?;
         gpu.pick_keys(&keys_out, GlobalPtr::from_address(at(picks_at)), picks.len())
     }
 
@@ -793,7 +795,7 @@ impl<'a, K: SelectKey> BucketRun<'a, K> {
             let largest_label = active.iter().map(|&l| totals[l as usize]).max().unwrap_or(0);
             let too_many = 2 * active.len() > label_budget;
             let finish = match gathering {
-                None if largest_label <= pick_max => Finish::Pick,
+                None if largest_label <= pick_max && active.len() <= PLACE_SLOTS => Finish::Pick,
                 None if too_many || filters + 1 >= MAX_FILTERS => Finish::Sort,
                 Some(Gathering { label_max, shards })
                     if largest_label <= label_max
