@@ -217,6 +217,19 @@ enum Progress {
     Found(u64),
 }
 
+/// The labels of the pending ranks, ascending (as the ranks are), each once.
+fn active_labels(progress: &[Progress]) -> Vec<u32> {
+    let mut active: Vec<u32> = progress
+        .iter()
+        .filter_map(|p| match p {
+            Progress::Pending { label, .. } => Some(*label),
+            Progress::Found(_) => None,
+        })
+        .collect();
+    active.dedup();
+    active
+}
+
 /// Each unique wanted rank's label and offset from one pass's totals (`ranks` ascending).
 fn place_ranks(totals: &[u64], ranks: &[u64]) -> Vec<Progress> {
     let mut out = Vec::with_capacity(ranks.len());
@@ -632,14 +645,7 @@ impl<'a, K: SelectKey> BucketRun<'a, K> {
         (smallest, largest): (u64, u64),
     ) -> Result<Vec<K>> {
         let gpu = self.gpu;
-        let mut active: Vec<u32> = progress
-            .iter()
-            .filter_map(|p| match p {
-                Progress::Pending { label, .. } => Some(*label),
-                Progress::Found(_) => None,
-            })
-            .collect();
-        active.dedup(); // ascending, as the ranks are
+        let active = active_labels(progress);
         let mut slot_of = vec![u32::MAX; space.labels()];
         let mut starts = Vec::with_capacity(active.len());
         let mut kept = 0u64;
@@ -780,14 +786,7 @@ impl<'a, K: SelectKey> BucketRun<'a, K> {
                     }
                 }
             }
-            let mut active: Vec<u32> = progress
-                .iter()
-                .filter_map(|p| match p {
-                    Progress::Pending { label, .. } => Some(*label),
-                    Progress::Found(_) => None,
-                })
-                .collect();
-            active.dedup(); // ascending, as the ranks are
+            let active = active_labels(&progress);
             if active.is_empty() {
                 break;
             }
