@@ -16,9 +16,10 @@
 //!    second read of the data, the last one), but not those whose child is one bit pattern:
 //!    those are counted only;
 //! 4. more filters over the kept keys, until every active label holds at most
-//!    [`Tuning::multiselect_pick_max`](crate::Tuning) keys (2^18; the count's labels of
-//!    spread data hold a few times `n / 8192` keys at most, so up to about 2^29 keys the
-//!    data's second read is the last pass): the last pass places the active labels' keys
+//!    [`Tuning::multiselect_pick_max`](crate::Tuning) keys (2^18; most of the count's
+//!    labels of spread data hold a few times `n / 8192` keys, so the data's second read is
+//!    often the last pass, but the labels below and above the sample hold about
+//!    `n / 1025`): the last pass places the active labels' keys
 //!    together by label, with no split and no counts, and one block per rank picks its key
 //!    among its label's (a radix select). After [`MAX_FILTERS`] filters, or when more than
 //!    half the labels would be active, the last filter's keys are sorted instead and each
