@@ -109,6 +109,13 @@ impl LabelSpace {
     fn labels(&self) -> usize {
         self.ranges.len()
     }
+
+    /// The range of bits `label` can hold within the data's extremes (`smallest`,
+    /// `largest`: ordered bits).
+    fn range_within(&self, label: u32, (smallest, largest): (u64, u64)) -> (u64, u64) {
+        let (low, high) = self.ranges[label as usize];
+        (low.max(smallest), high.min(largest))
+    }
 }
 
 /// The first pass from the sorted sample bits: [`FirstPass`], its slot table, and its labels.
@@ -649,7 +656,7 @@ impl<'a, K: SelectKey> BucketRun<'a, K> {
         space: &LabelSpace,
         totals: &[u64],
         progress: &[Progress],
-        (smallest, largest): (u64, u64),
+        extremes: (u64, u64),
     ) -> Result<Vec<K>> {
         let gpu = self.gpu;
         let active = active_labels(progress);
@@ -664,8 +671,7 @@ impl<'a, K: SelectKey> BucketRun<'a, K> {
         let mut picks = Vec::new();
         for p in progress {
             if let Progress::Pending { label, offset } = *p {
-                let (low, high) = space.ranges[label as usize];
-                let (low, high) = (low.max(smallest), high.min(largest));
+                let (low, high) = space.range_within(label, extremes);
                 picks.push(Pick {
                     start: starts[slot_of[label as usize] as usize],
                     low,
@@ -786,8 +792,7 @@ impl<'a, K: SelectKey> BucketRun<'a, K> {
             // within the data's extremes is: its ranks are answered.
             for p in progress.iter_mut() {
                 if let Progress::Pending { label, .. } = *p {
-                    let (low, high) = space.ranges[label as usize];
-                    let (low, high) = (low.max(smallest), high.min(largest));
+                    let (low, high) = space.range_within(label, (smallest, largest));
                     if low == high {
                         *p = Progress::Found(low);
                     }
@@ -831,8 +836,7 @@ impl<'a, K: SelectKey> BucketRun<'a, K> {
             let mut slots = Vec::with_capacity(active.len());
             let mut next_space = LabelSpace::default();
             for &label in &active {
-                let (low, high) = space.ranges[label as usize];
-                let (low, high) = (low.max(smallest), high.min(largest));
+                let (low, high) = space.range_within(label, (smallest, largest));
                 let count = totals[label as usize];
                 let exponent = (2 + spare * count / kept.max(1)).ilog2();
                 let base = next_space.labels() as u32;
