@@ -605,6 +605,67 @@ fn bench_knn(gpu: &Gpu, cases: &mut Vec<Case>) {
     }
 }
 
+/// Exact k-NN over a base in host memory (section `knn-streamed`, not in the default set):
+/// SIFT1M's shape with the base in page-locked host memory, streamed in chunks for each
+/// search (`StreamedIndex`), beside the same search of the base on the device; chunks of
+/// 64 MiB … 1 GiB at k = 100; 10^3 queries, where the copies weigh most; and the bus's rate
+/// (one copy of the whole base from the locked memory), the floor a streamed search cannot
+/// beat. The median of three whole searches after one warm-up.
+fn bench_knn_streamed(gpu: &Gpu, cases: &mut Vec<Case>) {
+    let (base_count, query_count, dim) = (1_000_000usize, 10_000usize, 128usize);
+    let host_base = sift_like(base_count, dim, 2);
+    let base = gpu.upload(&host_base).unwrap();
+    let queries = gpu.upload(&sift_like(query_count, dim, 3)).unwrap();
+    let median_of = |mut work: Box<dyn FnMut() -> gpu_select::Result<()> + '_>| {
+        work().unwrap();
+        let mut samples = Samples::default();
+        for _ in 0..3 {
+            samples.0.push(gpu.time_ms(&mut work).unwrap().1);
+        }
+        samples.median()
+    };
+    let index = gpu.streamed_index(&host_base, dim, Metric::L2).unwrap();
+    // The bus: one copy of the whole base from the locked memory (the index holds the lock).
+    let mut target = gpu.alloc_zeroed::<f32>(host_base.len()).unwrap();
+    let copy_ms = median_of(Box::new(|| gpu.copy_to_device(&host_base, &mut target)));
+    let gb_per_s = base.bytes() as f64 / copy_ms / 1e6;
+    println!(
+        "knn-streamed: base pinned: {}; copy of the base (512 MB) to the device: {copy_ms:.3} ms, {gb_per_s:.1} GB/s",
+        index.is_pinned()
+    );
+    let case = |name: String, ms: f64, floor_ms: f64| Case {
+        group: "knn-streamed",
+        name,
+        elements: (query_count * base_count) as u64,
+        bytes: base.bytes() as u64,
+        median_ms: ms,
+        floor_ms,
+        predicted_ms: None,
+    };
+    let resident = gpu.flat_index(Vectors::new(&base, base_count, dim).unwrap(), Metric::L2).unwrap();
+    for (k, count) in [(10, query_count), (100, query_count), (100, 1000)] {
+        let part = queries.slice(..count * dim);
+        let on_device =
+            median_of(Box::new(|| resident.search(Vectors::new(&part, count, dim)?, k).map(|_| ())));
+        println!("knn-streamed: L2 {count} x 1e6 x 128 k={k}, base on the device: {on_device:.3} ms");
+        cases.push(case(format!("L2 {count} x 1e6 x 128 k={k} base on the device"), on_device, copy_ms));
+        // The default (256 MiB: full chunks of a quarter of the base, 64 MiB here) and
+        // smaller chunks (16 MiB).
+        let chunk_sizes: &[usize] = if k == 100 { &[16, 256] } else { &[256] };
+        for &mib in chunk_sizes {
+            let tuned = gpu.with_tuning(Tuning { knn_stream_chunk_bytes: mib << 20, ..*gpu.tuning() });
+            let streamed = tuned.streamed_index(&host_base, dim, Metric::L2).unwrap();
+            let chunks = streamed.chunks();
+            let ms = median_of(Box::new(|| streamed.search(Vectors::new(&part, count, dim)?, k).map(|_| ())));
+            println!(
+                "knn-streamed: L2 {count} x 1e6 x 128 k={k}, base streamed from host memory in {chunks} chunks (at most {mib} MiB): {ms:.3} ms ({:.3}x the device-resident search)",
+                ms / on_device
+            );
+            cases.push(case(format!("L2 {count} x 1e6 x 128 k={k} streamed, {mib} MiB chunks"), ms, copy_ms));
+        }
+    }
+}
+
 /// Several GPUs (section `multi-gpu`, not in the default set): exact k-NN of SIFT1M's
 /// shape at k = 100 on 1, 2, … of the machine's GPUs (every device; forked streams of one
 /// where there is one), sharded and replicated, the median of three whole searches
@@ -1410,11 +1471,13 @@ fn convenience(gpu: &Gpu) {
 /// beside f32 on LLM sampling shapes and 2^28), `large-k` (rows with `k` beyond 2048),
 /// `quantiles`,
 /// `distributed` (DIBMS over four threads' handles), `knn` (exact k-NN, SIFT1M's shape),
-/// `multi-gpu` (k-NN and DIBMS over every GPU of the machine), `convenience` (the
+/// `knn-streamed` (exact k-NN over a base in host memory), `multi-gpu` (k-NN and DIBMS over
+/// every GPU of the machine), `convenience` (the
 /// convenient calls against the caller-workspace forms), `rows-sweep`, `topk-sweep`,
-/// `sbp-sweep` and `half-sweep`), all but `multi-gpu` and the sweeps by default.
+/// `sbp-sweep` and `half-sweep`), all but `knn-streamed`, `multi-gpu` and the sweeps by
+/// default.
 fn section_enabled(section: &str) -> bool {
-    if section.ends_with("-sweep") || section == "multi-gpu" {
+    if section.ends_with("-sweep") || section == "multi-gpu" || section == "knn-streamed" {
         return std::env::var("GPU_SELECT_BENCH_SECTIONS")
             .is_ok_and(|list| list.split(',').any(|s| s.trim() == section));
     }
@@ -1750,6 +1813,9 @@ fn main() {
     }
     if section_enabled("knn") {
         bench_knn(&gpu, &mut cases);
+    }
+    if section_enabled("knn-streamed") {
+        bench_knn_streamed(&gpu, &mut cases);
     }
     if section_enabled("multi-gpu") {
         bench_multi_gpu(&gpu);

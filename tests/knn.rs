@@ -692,3 +692,126 @@ fn a_plan_runs_again_into_the_callers_memory() {
         Err(Error::EmptyInput)
     ));
 }
+
+/// A streamed search of `queries` (host) against `base` (host) with chunks of
+/// `chunk_bytes` and merge rows within `tile_bytes`: `(distances, indices)` and the chunks.
+fn search_streamed<T: VectorComponent>(
+    gpu: &Gpu,
+    (queries, base): (&[T], &[T]),
+    dim: usize,
+    k: usize,
+    metric: Metric,
+    (chunk_bytes, tile_bytes): (usize, usize),
+) -> ((Vec<f32>, Vec<u64>), usize) {
+    let tuned = gpu.with_tuning(Tuning {
+        knn_stream_chunk_bytes: chunk_bytes,
+        knn_tile_bytes: tile_bytes,
+        ..*gpu.tuning()
+    });
+    let index = tuned.streamed_index(base, dim, metric).unwrap();
+    assert_eq!((index.len(), index.dim(), index.metric()), (base.len() / dim, dim, metric));
+    // A GPU page-locks the base; the emulator has nothing to lock.
+    assert_eq!(index.is_pinned(), !on_emulator(gpu));
+    (index.search_host(queries, k).unwrap(), index.chunks())
+}
+
+#[test]
+fn a_base_streamed_from_host_memory_equals_the_device_index() {
+    let gpu = gpu();
+    let mut rng = StdRng::seed_from_u64(43);
+    let (queries_count, base_count, dim) = if on_emulator(&gpu) { (30, 500, 10) } else { (700, 60_000, 48) };
+    let base = clustered_vectors(&mut rng, base_count, dim, 7);
+    let queries = clustered_vectors(&mut rng, queries_count, dim, 7);
+    let vector_bytes = dim * 4;
+    let bits = |v: &[f32]| v.iter().map(|d| d.to_bits()).collect::<Vec<_>>();
+    for metric in [Metric::L2, Metric::InnerProduct, Metric::Cosine] {
+        for k in [1, 9, base_count / 3 + 5, base_count] {
+            let want = search(&gpu, &queries, &base, dim, k, metric);
+            // Chunks of at most 37 vectors (fewer than k but for k = 1 and 9: the best so
+            // far fill up over several chunks), of a seventh of the base, and one chunk;
+            // merge rows of every query at once, and (at the large k, where the merge rows
+            // are wide) of a quarter of the queries a group, each group streaming the base
+            // again. (A budget that small for small k would tile the chunk searches down to
+            // single queries: slow, and tested elsewhere.)
+            let quarter = queries_count.div_ceil(4) * k * 48;
+            let grouped = (base_count / 7 * vector_bytes, if k > 9 { quarter } else { 1 << 30 }, 7);
+            for (chunk_bytes, tile_bytes, least_chunks) in [
+                (37 * vector_bytes, 1 << 30, base_count / 37),
+                (base_count / 7 * vector_bytes, 1 << 30, 7),
+                grouped,
+                (32 * base_count * vector_bytes, 1 << 30, 1),
+            ] {
+                let (got, chunks) =
+                    search_streamed(&gpu, (&queries, &base), dim, k, metric, (chunk_bytes, tile_bytes));
+                let label = format!("{metric:?} k={k} {chunks} chunks, tile budget {tile_bytes}");
+                if least_chunks == 1 {
+                    assert_eq!(chunks, 1, "{label}");
+                } else {
+                    assert!(chunks >= least_chunks, "{label}");
+                }
+                assert_eq!(got.1, want.1, "{label}: indices");
+                assert_eq!(bits(&got.0), bits(&want.0), "{label}: distances");
+            }
+        }
+    }
+    // Points on a line, chunks of at most k vectors: each query's nearest all lie within a
+    // few middle chunks, and the later, shorter chunks rank against them.
+    let line: Vec<f32> = (0..500).map(|i| i as f32).collect();
+    let k = 171;
+    let middle: Vec<f32> = vec![256.0, 255.5, 200.0];
+    for metric in [Metric::L2, Metric::InnerProduct] {
+        let want = search(&gpu, &middle, &line, 1, k, metric);
+        let (got, chunks) = search_streamed(&gpu, (&middle, &line), 1, k, metric, (k * 4, 1 << 30));
+        assert!(chunks >= 8, "{metric:?}: {chunks} chunks");
+        assert_eq!(got.1, want.1, "{metric:?}: short chunks");
+        assert_eq!(bits(&got.0), bits(&want.0), "{metric:?}: short chunks");
+    }
+    // 16-bit storage, and non-finite components (NaN ranks last under every metric).
+    let base16: Vec<bf16> = base.iter().map(|&v| bf16::from_f32(v)).collect();
+    let queries16: Vec<bf16> = queries.iter().map(|&v| bf16::from_f32(v)).collect();
+    let mut odd = base.clone();
+    odd[3 * dim + 1] = f32::NAN;
+    odd[(base_count - 2) * dim] = f32::INFINITY;
+    for metric in [Metric::L2, Metric::Cosine] {
+        let chunk_bytes = base_count / 5 * vector_bytes;
+        let want = search_as(&gpu, (&queries16, &base16), dim, 12, metric);
+        let (got, chunks) =
+            search_streamed(&gpu, (&queries16, &base16), dim, 12, metric, (chunk_bytes / 2, 1 << 30));
+        assert!(chunks >= 5, "{chunks}");
+        assert_eq!(got.1, want.1, "bf16 {metric:?}");
+        assert_eq!(bits(&got.0), bits(&want.0), "bf16 {metric:?}");
+        let want = search(&gpu, &queries, &odd, dim, base_count, metric);
+        let (got, _) =
+            search_streamed(&gpu, (&queries, &odd), dim, base_count, metric, (chunk_bytes, 1 << 30));
+        assert_eq!(got.1, want.1, "non-finite {metric:?}");
+        assert_eq!(bits(&got.0), bits(&want.0), "non-finite {metric:?}");
+        // Vector 3's distances are NaN, the infinite vector's +inf (L2) or NaN (cosine):
+        // both after every finite one, NaNs by lower index.
+        let last_two = &got.1[2 * base_count - 2..2 * base_count];
+        assert!(last_two.contains(&3), "{metric:?}: the NaN vector is not last: {last_two:?}");
+        assert!(last_two.contains(&(base_count as u64 - 2)), "{metric:?}: {last_two:?}");
+    }
+}
+
+#[test]
+fn a_streamed_index_refuses_bad_input_clearly() {
+    let gpu = gpu();
+    let base = [1.0f32; 12];
+    assert!(matches!(gpu.streamed_index(&base[..0], 3, Metric::L2), Err(Error::EmptyInput)));
+    assert!(matches!(gpu.streamed_index(&base, 0, Metric::L2), Err(Error::EmptyInput)));
+    assert!(matches!(gpu.streamed_index(&base[..11], 3, Metric::L2), Err(Error::InvalidArgument { .. })));
+    let index = gpu.streamed_index(&base, 3, Metric::L2).unwrap();
+    assert!(matches!(index.search_host(&[0.0; 6], 0), Err(Error::KOutOfRange { .. })));
+    assert!(matches!(index.search_host(&[0.0; 6], 5), Err(Error::KOutOfRange { .. })));
+    assert!(matches!(index.search_host(&[0.0; 7], 1), Err(Error::InvalidArgument { .. })));
+    let queries = gpu.upload(&[0.0f32; 8]).unwrap();
+    let mismatched = index.search(Vectors::new(&queries, 2, 4).unwrap(), 1);
+    assert!(matches!(mismatched, Err(Error::InvalidArgument { .. })), "{mismatched:?}");
+    let (distances, indices) = index.search_host(&[1.0; 6], 4).unwrap();
+    assert_eq!(indices, [0, 1, 2, 3, 0, 1, 2, 3]); // all equal: ties by index
+    assert_eq!(distances, [0.0; 8]);
+    // Queries of another device's handle (another emulator instance counts as one).
+    let foreign = Gpu::emulator().upload(&[0.0f32; 3]).unwrap();
+    let refused = index.search(Vectors::new(&foreign, 1, 3).unwrap(), 1);
+    assert!(matches!(refused, Err(Error::InvalidArgument { .. })), "{refused:?}");
+}

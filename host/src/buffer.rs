@@ -211,6 +211,52 @@ impl Gpu {
         self.synchronize()
     }
 
+    /// Queues a copy of `values` to a device address of this `Gpu`, after the work queued
+    /// before on its stream, and does not wait for it: from page-locked memory
+    /// ([`Gpu::pin_host`]) the copy engine reads `values` while the host and other streams
+    /// go on; from pageable memory the driver stages it first.
+    ///
+    /// # Safety
+    /// `values` stays alive and unchanged until the stream has passed the copy, and the
+    /// `size_of_val(values)` bytes at `address` lie inside a live buffer.
+    pub(crate) unsafe fn copy_to_address_async<T: DeviceValue>(
+        &self,
+        values: &[T],
+        address: u64,
+    ) -> Result<()> {
+        let (source, bytes) = (values.as_ptr().cast::<u8>(), std::mem::size_of_val(values));
+        self.raw_memory_op(
+            bytes,
+            "copying to the device",
+            |stream| unsafe { sys::cuMemcpyHtoDAsync_v2(address, source.cast(), bytes, stream) },
+            || unsafe { std::ptr::copy_nonoverlapping(source, address as usize as *mut u8, bytes) },
+        )
+    }
+
+    /// Page-locks `values` for this device's copies (`cuMemHostRegister`, portable) until
+    /// the returned guard is dropped, so that copies from it run at the bus's speed without
+    /// the driver's staging. `None` where it cannot be done (the emulator; the driver
+    /// refusing, as when the process may not lock that much memory): copies from `values`
+    /// still work, staged. Memory some other party has already registered counts as pinned
+    /// (and stays registered when the guard goes).
+    pub(crate) fn pin_host<T: DeviceValue>(&self, values: &[T]) -> Option<PinnedHost> {
+        let Backend::Cuda(device) = &*self.inner else { return None };
+        let (address, bytes) = (values.as_ptr() as *mut std::ffi::c_void, std::mem::size_of_val(values));
+        if bytes == 0 || device.make_current().is_err() {
+            return None;
+        }
+        let flags = sys::CU_MEMHOSTREGISTER_PORTABLE;
+        match unsafe { sys::cuMemHostRegister_v2(address, bytes, flags) } {
+            sys::CUresult::CUDA_SUCCESS => {
+                Some(PinnedHost { gpu: self.clone(), address: Some(address as usize) })
+            }
+            sys::CUresult::CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED => {
+                Some(PinnedHost { gpu: self.clone(), address: None })
+            }
+            _ => None,
+        }
+    }
+
     /// Copies `bytes` bytes between two device addresses of this `Gpu` (queued after earlier
     /// work, not waited for). The caller guarantees both ranges lie inside live buffers.
     pub(crate) fn copy_on_device(&self, from: u64, to: u64, bytes: usize) -> Result<()> {
@@ -346,5 +392,30 @@ impl Gpu {
         }
         // A buffer's address is a device address on a GPU and a host one on the emulator.
         self.copy_from_address(buffer.global_ptr().address(), values)
+    }
+}
+
+/// Host memory page-locked by [`Gpu::pin_host`]; unlocked when dropped (unless it was locked
+/// before). The owner makes sure no copy from it is still queued by then.
+pub(crate) struct PinnedHost {
+    gpu: Gpu,
+    /// The registered address, `None` for memory that was page-locked already.
+    address: Option<usize>,
+}
+
+impl Drop for PinnedHost {
+    fn drop(&mut self) {
+        if let (Some(address), Backend::Cuda(device)) = (self.address, &*self.gpu.inner)
+            && device.make_current().is_ok()
+        {
+            // A failure cannot be reported from drop; the memory stays locked until exit.
+            let _ = unsafe { sys::cuMemHostUnregister(address as *mut std::ffi::c_void) };
+        }
+    }
+}
+
+impl std::fmt::Debug for PinnedHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PinnedHost").field("registered_here", &self.address.is_some()).finish()
     }
 }

@@ -80,6 +80,13 @@ pub struct Tuning {
     /// least 32 more; 100: twice `k` and 32 at least). More candidates prove more queries
     /// (the last candidate lies farther from the `k`-th) at the cost of a wider selection.
     pub knn_rerank_extra_percent: u32,
+    /// k-NN over a base in host memory ([`Gpu::streamed_index`](crate::Gpu::streamed_index)):
+    /// the most bytes of base vectors copied to the device at once, in each of two buffers
+    /// (one copied while the other is searched). A full chunk is the largest power of two
+    /// of vectors within this and a quarter of the base, and the first three are an eighth,
+    /// a quarter and a half of one; a base whose full chunk would be below 1/32 of this is
+    /// copied whole. 256 MiB.
+    pub knn_stream_chunk_bytes: usize,
     /// SBP top-k: the cutoff of a pass (the most candidates a tile keeps) is `k` plus this
     /// percentage of `k`, rounded up to a power of two (50). A larger cutoff lets a tile
     /// keep whole buckets sooner (fewer narrowing passes over its tile) but makes the next
@@ -117,6 +124,7 @@ impl Default for Tuning {
             knn_tile_bytes: 1 << 30,
             knn_streams: 1,
             knn_rerank_extra_percent: 100,
+            knn_stream_chunk_bytes: 256 << 20,
             sbp_cutoff_slack_percent: 50,
             sbp_min_cutoff: 32,
             sbp_tree_spread: 2,

@@ -167,7 +167,7 @@ fn forget_unpacked_packages() -> Result<(), String> {
 }
 
 /// The programs of `examples/`, each run by `test` (on the emulator without a GPU).
-const EXAMPLES: [&str; 5] = ["top_k", "rows", "select", "quantiles", "caller_memory"];
+const EXAMPLES: [&str; 6] = ["top_k", "rows", "select", "quantiles", "caller_memory", "knn_streamed"];
 
 /// Distributed quantiles over real MPI processes (examples/dibms.rs, three processes on the
 /// emulator): the answers of every algorithm, then the faults: a process with a bad

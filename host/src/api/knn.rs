@@ -40,9 +40,9 @@ impl VectorComponent for half::bf16 {}
 /// ```
 #[derive(Debug)]
 pub struct Vectors<'a, T: VectorComponent = f32> {
-    data: DeviceSlice<'a, T>,
-    count: usize,
-    dim: usize,
+    pub(super) data: DeviceSlice<'a, T>,
+    pub(super) count: usize,
+    pub(super) dim: usize,
     stride: usize,
 }
 
@@ -112,7 +112,7 @@ impl<'a, T: VectorComponent> Vectors<'a, T> {
         self.dim
     }
 
-    fn set(&self) -> VectorSet<T> {
+    pub(super) fn set(&self) -> VectorSet<T> {
         VectorSet { data: self.data.buffer().global_ptr(), count: self.count, stride: self.stride }
     }
 }
@@ -121,7 +121,7 @@ impl<'a, T: VectorComponent> Vectors<'a, T> {
 ///
 /// Errors: [`Error::EmptyInput`] for no values or no components; [`Error::InvalidArgument`]
 /// when the values do not make whole vectors.
-fn whole_vectors(len: usize, dim: usize) -> Result<usize> {
+pub(super) fn whole_vectors(len: usize, dim: usize) -> Result<usize> {
     if len == 0 || dim == 0 {
         return Err(Error::EmptyInput);
     }

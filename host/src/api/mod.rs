@@ -17,6 +17,7 @@
 
 mod input;
 mod knn;
+mod knn_streamed;
 mod quantile;
 mod select;
 mod sort;
@@ -24,5 +25,6 @@ mod top_k;
 
 pub use input::Keys;
 pub use knn::{FlatIndex, MultiGpuIndex, Placement, SearchPlan, VectorComponent, Vectors};
+pub use knn_streamed::StreamedIndex;
 pub use select::SelectPlan;
 pub use top_k::TopKPlan;

@@ -200,7 +200,7 @@ impl<T> Clone for VectorSet<T> {
 impl<T> Copy for VectorSet<T> {}
 
 impl<T: KnnStorage> VectorSet<T> {
-    fn part(self, first: usize, count: usize) -> Self {
+    pub(crate) fn part(self, first: usize, count: usize) -> Self {
         VectorSet { data: self.data.offset((first * self.stride) as u64), count, stride: self.stride }
     }
 
@@ -758,14 +758,14 @@ impl Gpu {
     }
 
     /// Workspace bytes of the rows top-k over `rows × cols` distances keeping `kept`.
-    fn knn_rows_workspace(&self, rows: usize, cols: usize, kept: usize) -> Result<usize> {
+    pub(crate) fn knn_rows_workspace(&self, rows: usize, cols: usize, kept: usize) -> Result<usize> {
         let spec = RowsSpec::dense(rows, cols, cols, kept)?;
         self.rows_workspace_bytes::<f32>(&spec, kept, Order::Smallest, RowsAlgorithm::Auto)
     }
 
     /// The `kept` smallest of each row of `distances` (shape `spec`), with `indices` (the
     /// candidates' base indices, or null for columns).
-    fn knn_select(
+    pub(crate) fn knn_select(
         &self,
         distances: &DeviceBuffer<f32>,
         spec: &RowsSpec,
@@ -829,7 +829,7 @@ impl Gpu {
     /// `r · stride + column`), indices shifted by `index_offset`; row `r` drops index
     /// `own + r` (or its last entry) when `own` is given; signs flipped when `negate`.
     #[allow(clippy::too_many_arguments)]
-    fn knn_place(
+    pub(crate) fn knn_place(
         &self,
         from: &TopK<f32>,
         (to, stride, column): (&TopK<f32>, usize, usize),

@@ -11,6 +11,7 @@ pub(crate) mod fused;
 pub(crate) mod gather;
 pub(crate) mod heap;
 pub(crate) mod knn;
+pub(crate) mod knn_streamed;
 pub(crate) mod multiselect;
 pub(crate) mod radix;
 pub(crate) mod rows;
