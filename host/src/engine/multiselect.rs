@@ -436,14 +436,12 @@ fn checked_ranks(ranks: Vec<u64>, n: u64) -> Result<Vec<u64>> {
     Ok(ranks)
 }
 
-/// How a filter pass ends the run, or not.
+/// How a filter pass ends the run, or not (the pass that places and picks, with no filter,
+/// is chosen before one is built).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Finish {
     /// Subdivide the active labels again.
     No,
-    /// Every active label holds at most [`Tuning::multiselect_pick_max`](crate::Tuning)
-    /// keys: place them together by label and pick each rank among its label's keys.
-    Pick,
     /// Keep the active labels' keys and sort them ([`MAX_FILTERS`] filters done, or too
     /// many active labels to subdivide).
     Sort,
@@ -804,9 +802,22 @@ impl<'a, K: SelectKey> BucketRun<'a, K> {
             }
             let kept: u64 = active.iter().map(|&l| totals[l as usize]).sum();
             let largest_label = active.iter().map(|&l| totals[l as usize]).max().unwrap_or(0);
+            if gathering.is_none() && largest_label <= pick_max && active.len() <= PLACE_SLOTS {
+                // The last pass: every active label holds at most
+                // [`Tuning::multiselect_pick_max`](crate::Tuning) keys. They are placed
+                // together by label, and each rank picked among its label's keys (no split,
+                // no counts).
+                if candidates.is_none() {
+                    data_passes += 1;
+                }
+                let last =
+                    LastPass { first: first_pass, table: &table_on_device, candidates: candidates.as_ref() };
+                let found = self.place_and_pick(&last, &space, &totals, &progress, (smallest, largest))?;
+                fill_pending(&mut progress, found.iter().map(|k| k.to_ordered().to_u64()));
+                break;
+            }
             let too_many = 2 * active.len() > label_budget;
             let finish = match gathering {
-                None if largest_label <= pick_max && active.len() <= PLACE_SLOTS => Finish::Pick,
                 None if too_many || filters + 1 >= MAX_FILTERS => Finish::Sort,
                 Some(Gathering { label_max, shards })
                     if largest_label <= label_max
@@ -818,18 +829,6 @@ impl<'a, K: SelectKey> BucketRun<'a, K> {
                 }
                 _ => Finish::No,
             };
-            if finish == Finish::Pick {
-                // The last pass: the active labels' keys placed together by label, and each
-                // rank picked among its label's keys (no split, no counts).
-                if candidates.is_none() {
-                    data_passes += 1;
-                }
-                let last =
-                    LastPass { first: first_pass, table: &table_on_device, candidates: candidates.as_ref() };
-                let found = self.place_and_pick(&last, &space, &totals, &progress, (smallest, largest))?;
-                fill_pending(&mut progress, found.iter().map(|k| k.to_ordered().to_u64()));
-                break;
-            }
             // Each active label's split (one child each to finish), over its exact range
             // within the data's extremes.
             let spare = (label_budget - 2 * active.len().min(label_budget / 2)) as u64;
@@ -927,7 +926,6 @@ impl<'a, K: SelectKey> BucketRun<'a, K> {
                     .collect()
             };
             match finish {
-                Finish::Pick => unreachable!("picked above"),
                 Finish::Sort => {
                     // The kept keys sorted: active label `a`'s keys start after the earlier
                     // active labels' keys.
