@@ -396,7 +396,7 @@ impl Gpu {
 }
 
 /// Host memory page-locked by [`Gpu::pin_host`]; unlocked when dropped (unless it was locked
-/// before). The owner makes sure no copy from it is still queued by then.
+/// before), once the device's queued work is done.
 pub(crate) struct PinnedHost {
     gpu: Gpu,
     /// The registered address, `None` for memory that was page-locked already.
@@ -408,8 +408,13 @@ impl Drop for PinnedHost {
         if let (Some(address), Backend::Cuda(device)) = (self.address, &*self.gpu.inner)
             && device.make_current().is_ok()
         {
-            // A failure cannot be reported from drop; the memory stays locked until exit.
-            let _ = unsafe { sys::cuMemHostUnregister(address as *mut std::ffi::c_void) };
+            // Copies queued from this memory on any stream (another index over the same
+            // memory counts it as locked already) finish first: the context's work is done.
+            // A failure cannot be reported from drop; the memory then stays locked until exit.
+            unsafe {
+                let _ = sys::cuCtxSynchronize();
+                let _ = sys::cuMemHostUnregister(address as *mut std::ffi::c_void);
+            }
         }
     }
 }
