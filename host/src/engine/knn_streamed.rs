@@ -40,7 +40,7 @@ const RAMP_STEPS: u32 = 3;
 /// about 0.1 ms a tile of 1024 queries on an H100), while the copy the first search waits
 /// for and, where copying is the slower, the last chunk's search grow with the chunk.
 /// SIFT1M's shape on an H100, k = 100 (runs 214–218): 10^3 queries 14.7 ms with chunks of
-/// 256 MiB, 11.6 with a quarter of the base (64 MiB), 11.9 with an eighth (9.7 with the base
+/// 256 MiB, 11.6 with a quarter of the base (64 MiB), 12.0 with an eighth (9.7 with the base
 /// on the device); 10^4 queries 100.6, 100.8 and 108.9 (96.1). Lengths other than powers of
 /// two measured slower still (125 000 vectors: 105.6 ms at 10^4 queries, run 216).
 const BASE_PER_FULL_CHUNK: usize = 4;
