@@ -37,9 +37,19 @@ pub struct SelectPlan<K> {
     gpu: Gpu,
     n: usize,
     options: SelectOptions,
-    plan: SamplePlan,
+    route: SelectionRoute,
     workspace_bytes: usize,
     key: PhantomData<fn() -> K>,
+}
+
+/// How a planned selection runs.
+#[derive(Clone, Debug)]
+enum SelectionRoute {
+    /// The SampleSelect family (SampleSelect, QuickSelect, approximate): its plan.
+    Sample(SamplePlan),
+    /// A split-bucket partition (`S_RdSP`, or `S_StSPT` with its search tree), planned when
+    /// the rank is known.
+    Sbp { tree: bool },
 }
 
 impl<K: SelectKey> SelectPlan<K> {
@@ -58,14 +68,14 @@ impl<K: SelectKey> SelectPlan<K> {
         });
         self.options.with_policy(SampleSelectPolicy { bracket: false, window_count: false, ..base })
     }
+}
 
-    /// Whether the run loads the keys by 16-byte vectors (the bracket of exact selection,
-    /// the window of approximate selection), and so needs them 16-byte aligned.
-    fn loads_vectors(&self) -> bool {
-        let exact_bracket = self.plan.has_flag(flags::BRACKET) && !self.plan.has_flag(flags::EMIT);
-        let window = self.plan.has_flag(flags::APPROXIMATE) && self.plan.policy().window_count;
-        exact_bracket || window
-    }
+/// Whether the run loads the keys by 16-byte vectors (the bracket of exact selection,
+/// the window of approximate selection), and so needs them 16-byte aligned.
+fn loads_vectors(plan: &SamplePlan) -> bool {
+    let exact_bracket = plan.has_flag(flags::BRACKET) && !plan.has_flag(flags::EMIT);
+    let window = plan.has_flag(flags::APPROXIMATE) && plan.policy().window_count;
+    exact_bracket || window
 }
 
 impl Gpu {
@@ -108,14 +118,24 @@ impl Gpu {
     /// Plans a selection of `n` keys: the checks of [`Gpu::select`] but the rank's, and the
     /// workspace a run needs.
     pub fn plan_select<K: SelectKey>(&self, n: usize, options: &SelectOptions) -> Result<SelectPlan<K>> {
-        let plan = self.plan_selection(n, options)?;
-        let workspace_bytes = match options.algorithm {
+        let (route, workspace_bytes) = match options.algorithm {
             SelectAlgorithm::SbpRadix | SelectAlgorithm::SbpTree => {
-                crate::engine::sbp::selection_workspace_bytes(n as u64, size_of::<K>(), self.tuning())
+                crate::workspace::check_key_count(n)?;
+                if n == 0 {
+                    return Err(Error::EmptyInput);
+                }
+                let tree = options.algorithm == SelectAlgorithm::SbpTree;
+                let bytes =
+                    crate::engine::sbp::selection_workspace_bytes(n as u64, size_of::<K>(), self.tuning());
+                (SelectionRoute::Sbp { tree }, bytes)
             }
-            _ => SampleWorkspace::new(&plan, n, size_of::<K>()).bytes,
+            _ => {
+                let plan = self.plan_selection(n, options)?;
+                let bytes = SampleWorkspace::new(&plan, n, size_of::<K>()).bytes;
+                (SelectionRoute::Sample(plan), bytes)
+            }
         };
-        Ok(SelectPlan { gpu: self.clone(), n, options: *options, plan, workspace_bytes, key: PhantomData })
+        Ok(SelectPlan { gpu: self.clone(), n, options: *options, route, workspace_bytes, key: PhantomData })
     }
 
     /// Runs `plan` on `keys` (`n` of them, as planned) for rank `k`, with `workspace` (at
@@ -145,11 +165,13 @@ impl Gpu {
         }
         self.check_workspace(workspace.buffer(), plan.workspace_bytes)?;
         let base = workspace.buffer_mut().global_ptr().address();
-        if let SelectAlgorithm::SbpRadix | SelectAlgorithm::SbpTree = plan.options.algorithm {
-            let tree = plan.options.algorithm == SelectAlgorithm::SbpTree;
-            return self.run_sbp_selection(keys.buffer(), k, plan.options.order, tree, base);
-        }
-        if plan.loads_vectors() && !keys.device_address().is_multiple_of(16) {
+        let sample_plan = match &plan.route {
+            SelectionRoute::Sbp { tree } => {
+                return self.run_sbp_selection(keys.buffer(), k, plan.options.order, *tree, base);
+            }
+            SelectionRoute::Sample(sample_plan) => sample_plan,
+        };
+        if loads_vectors(sample_plan) && !keys.device_address().is_multiple_of(16) {
             // Keys at an odd offset (a view): the same selection without the passes that
             // load 16-byte vectors. Its regions are the plan's or smaller, so the workspace
             // serves; checked all the same.
@@ -158,7 +180,7 @@ impl Gpu {
             Error::check_workspace_size(needed, workspace.len())?;
             return self.run_selection(keys.buffer(), k, plan.options.order, &scalar, base);
         }
-        self.run_selection(keys.buffer(), k, plan.options.order, &plan.plan, base)
+        self.run_selection(keys.buffer(), k, plan.options.order, sample_plan, base)
     }
 
     /// Selection on a host slice: uploads it and runs [`Gpu::select`].
