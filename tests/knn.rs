@@ -815,3 +815,76 @@ fn a_streamed_index_refuses_bad_input_clearly() {
     let refused = index.search(Vectors::new(&foreign, 1, 3).unwrap(), 1);
     assert!(matches!(refused, Err(Error::InvalidArgument { .. })), "{refused:?}");
 }
+
+#[test]
+fn a_streamed_plan_runs_again_into_the_callers_memory() {
+    let gpu = gpu();
+    let mut rng = StdRng::seed_from_u64(53);
+    let (queries_count, base_count, dim, k) = (30, 700, 6, 9);
+    let base = random_vectors(&mut rng, base_count, dim);
+    // Chunks of at most 40 vectors: several per run.
+    let tuned = gpu.with_tuning(Tuning { knn_stream_chunk_bytes: 40 * dim * 4, ..*gpu.tuning() });
+    let index = tuned.streamed_index(&base, dim, Metric::Cosine).unwrap();
+    let plan = index.plan_search(queries_count, k).unwrap();
+    assert_eq!((plan.queries(), plan.k(), plan.outputs()), (queries_count, k, queries_count * k));
+    assert!(plan.chunks() > 4, "{} chunks", plan.chunks());
+    // Outputs and workspace as parts of larger buffers of the caller's.
+    let mut values = gpu.alloc_zeroed::<f32>(plan.outputs() + 5).unwrap();
+    let mut indices = gpu.alloc_zeroed::<u64>(plan.outputs() + 2).unwrap();
+    let mut workspace = gpu.alloc_zeroed::<u8>(plan.workspace_bytes() + 256).unwrap();
+    for round in 0..3 {
+        let queries = random_vectors(&mut rng, queries_count, dim);
+        let uploaded = gpu.upload(&queries).unwrap();
+        let out = TopKOut::new(values.slice_mut(5..), indices.slice_mut(..plan.outputs()));
+        index
+            .search_into(
+                &plan,
+                Vectors::new(&uploaded, queries_count, dim).unwrap(),
+                out,
+                workspace.slice_mut(256..),
+            )
+            .unwrap();
+        let got = (
+            gpu.download(&values).unwrap()[5..].to_vec(),
+            gpu.download(&indices).unwrap()[..plan.outputs()].to_vec(),
+        );
+        assert_eq!(got, search(&gpu, &queries, &base, dim, k, Metric::Cosine), "round {round}");
+    }
+    // What the plan was not made for.
+    let queries = gpu.upload(&vec![0.5f32; (queries_count + 1) * dim]).unwrap();
+    let mut out = TopK {
+        values: gpu.alloc_zeroed::<f32>(plan.outputs()).unwrap(),
+        indices: gpu.alloc_zeroed::<u64>(plan.outputs()).unwrap(),
+    };
+    let more = Vectors::new(&queries, queries_count + 1, dim).unwrap();
+    let refused = index.search_into(&plan, more, &mut out, &mut workspace);
+    assert!(matches!(refused, Err(Error::InvalidArgument { .. })), "{refused:?}");
+    let fitting = queries.slice(..queries_count * dim);
+    let mut small = gpu.alloc_zeroed::<u8>(plan.workspace_bytes() - 1).unwrap();
+    let refused =
+        index.search_into(&plan, Vectors::new(fitting, queries_count, dim).unwrap(), &mut out, &mut small);
+    assert!(matches!(refused, Err(Error::WorkspaceTooSmall { .. })), "{refused:?}");
+    let mut short = TopK {
+        values: gpu.alloc_zeroed::<f32>(plan.outputs() - 1).unwrap(),
+        indices: gpu.alloc_zeroed::<u64>(plan.outputs()).unwrap(),
+    };
+    let fitting = queries.slice(..queries_count * dim);
+    let refused = index.search_into(
+        &plan,
+        Vectors::new(fitting, queries_count, dim).unwrap(),
+        &mut short,
+        &mut workspace,
+    );
+    assert!(matches!(refused, Err(Error::LengthMismatch { .. })), "{refused:?}");
+    let other = tuned.streamed_index(&base, dim, Metric::L2).unwrap();
+    let fitting = queries.slice(..queries_count * dim);
+    let refused = other.search_into(
+        &plan,
+        Vectors::new(fitting, queries_count, dim).unwrap(),
+        &mut out,
+        &mut workspace,
+    );
+    assert!(matches!(refused, Err(Error::InvalidArgument { .. })), "{refused:?}");
+    assert!(matches!(index.plan_search(0, k), Err(Error::EmptyInput)));
+    assert!(matches!(index.plan_search(3, base_count + 1), Err(Error::KOutOfRange { .. })));
+}

@@ -15,7 +15,7 @@
 //! | many ranks or quantiles of keys spread over processes (DIBMS) | [`distributed::Distributed`] | | | |
 //! | the `k` nearest vectors of each query (exact; L2, inner product, cosine; `f32`, `f16` or `bf16` vectors; on the tensor cores with exact re-ranking, [`FlatIndex::with_precision`]), a k-NN graph | [`Gpu::knn`], [`FlatIndex::search`], [`FlatIndex::knn_graph`] | [`Gpu::flat_index`], [`Gpu::upload_flat_index`] (the base's norms once), [`FlatIndex::plan_search`] | [`FlatIndex::search_into`] | [`FlatIndex::search_host`] |
 //! | the same over several GPUs, the base sharded or replicated | [`MultiGpuIndex::search`] | [`MultiGpuIndex::new`] | | [`MultiGpuIndex::search_host`] |
-//! | the same over a base in host memory (larger than the GPU's), streamed in chunks | [`StreamedIndex::search`] | [`Gpu::streamed_index`] | | [`StreamedIndex::search_host`] |
+//! | the same over a base in host memory (larger than the GPU's), streamed in chunks | [`StreamedIndex::search`] | [`Gpu::streamed_index`], [`StreamedIndex::plan_search`] | [`StreamedIndex::search_into`] | [`StreamedIndex::search_host`] |
 //! | sorting segments of up to 2048 keys | [`Gpu::sort_segments`] | | [`Gpu::sort_segments_into`] | [`Gpu::sort_small`] |
 //!
 //! Also: the read floor every benchmark compares with ([`diagnostics::read_pass`]), the
@@ -59,8 +59,8 @@ mod view;
 mod workspace;
 
 pub use api::{
-    FlatIndex, Keys, MultiGpuIndex, Placement, SearchPlan, SelectPlan, StreamedIndex, TopKPlan,
-    VectorComponent, Vectors,
+    FlatIndex, Keys, MultiGpuIndex, Placement, SearchPlan, SelectPlan, StreamedIndex, StreamedSearchPlan,
+    TopKPlan, VectorComponent, Vectors,
 };
 pub use buffer::{DeviceBuffer, DeviceValue};
 pub use engine::knn::KnnPrecision;

@@ -3,10 +3,12 @@
 
 use gpu_select_kernels::knn::Metric;
 
-use crate::buffer::PinnedHost;
+use crate::buffer::{DeviceBuffer, PinnedHost};
+use crate::engine::knn_streamed::StreamedPlan;
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
-use crate::results::{Neighbours, TopK};
+use crate::results::{Neighbours, TopK, TopKOut};
+use crate::view::DeviceSliceMut;
 
 use super::knn::{VectorComponent, Vectors, whole_vectors};
 
@@ -107,31 +109,103 @@ impl<'a, T: VectorComponent> StreamedIndex<'a, T> {
     /// device; [`Error::KOutOfRange`] unless `1 ≤ k ≤ len()`; [`Error::OutOfMemory`] when two
     /// chunks and the search's buffers do not fit the device.
     pub fn search(&self, queries: Vectors<'_, T>, k: usize) -> Result<Neighbours> {
+        let plan = self.plan_search(queries.count, k)?;
+        let len = plan.outputs();
+        let mut out =
+            TopK { values: self.gpu.alloc_uninit::<f32>(len)?, indices: self.gpu.alloc_uninit::<u64>(len)? };
+        let workspace = self.gpu.alloc_uninit::<u8>(plan.workspace_bytes().max(1))?;
+        self.run_planned(&plan, &queries, &mut out, &workspace)?;
+        Ok(Neighbours { distances: out.values, indices: out.indices })
+    }
+
+    /// Plans searches of `queries` vectors for their `k` nearest: the checks of
+    /// [`StreamedIndex::search`], the chunks, and the workspace bytes a run needs
+    /// ([`StreamedSearchPlan::workspace_bytes`]: two chunks, their norms, the search's
+    /// tiles and the queries' merge rows). Run it with [`StreamedIndex::search_into`], as
+    /// often as wanted, with no allocation.
+    ///
+    /// ```
+    /// use gpu_select::{Gpu, Metric, TopK, Tuning, Vectors};
+    ///
+    /// let gpu = Gpu::emulator().with_tuning(Tuning { knn_stream_chunk_bytes: 64, ..Tuning::default() });
+    /// let base: Vec<f32> = (0..40).map(|i| i as f32).collect(); // 40 points on a line
+    /// let index = gpu.streamed_index(&base, 1, Metric::L2)?;
+    /// let plan = index.plan_search(2, 3)?;
+    /// let mut workspace = gpu.alloc_zeroed::<u8>(plan.workspace_bytes())?;
+    /// let mut out = TopK { values: gpu.alloc_zeroed(plan.outputs())?, indices: gpu.alloc_zeroed(plan.outputs())? };
+    /// for batch in [[0.2f32, 38.6], [10.0, 20.4]] {
+    ///     let queries = gpu.upload(&batch)?;
+    ///     index.search_into(&plan, Vectors::new(&queries, 2, 1)?, &mut out, &mut workspace)?;
+    /// }
+    /// assert_eq!(gpu.download(&out.indices)?, [10, 9, 11, 20, 21, 19]); // the last batch's
+    /// # Ok::<(), gpu_select::Error>(())
+    /// ```
+    ///
+    /// Errors: [`Error::EmptyInput`] for no queries; [`Error::KOutOfRange`] unless
+    /// `1 ≤ k ≤ len()`.
+    pub fn plan_search(&self, queries: usize, k: usize) -> Result<StreamedSearchPlan> {
+        if queries == 0 {
+            return Err(Error::EmptyInput);
+        }
+        self.check_k(k)?;
+        let plan = self.gpu.plan_knn_streamed::<T>(queries, (self.len, self.dim), k, self.metric)?;
+        Ok(StreamedSearchPlan { gpu: self.gpu.clone(), metric: self.metric, plan })
+    }
+
+    /// Runs `plan` on `queries` (as many as planned, of the index's dimension) into `out`
+    /// (`plan.outputs()` distances and indices: a [`TopK`]'s buffers or views of the
+    /// caller's memory) with `workspace` (at least `plan.workspace_bytes()` bytes): no
+    /// allocation; queued on the index's handle's stream (the chunks' copies on the index's
+    /// own), returning once the last chunk's copy is queued.
+    ///
+    /// Errors: [`Error::InvalidArgument`] for queries of another shape than planned, another
+    /// index's plan, memory on another device; [`Error::LengthMismatch`] for outputs of
+    /// another length; [`Error::WorkspaceTooSmall`].
+    pub fn search_into<'o>(
+        &self,
+        plan: &StreamedSearchPlan,
+        queries: Vectors<'_, T>,
+        out: impl Into<TopKOut<'o, f32>>,
+        workspace: impl Into<DeviceSliceMut<'o, u8>>,
+    ) -> Result<()> {
+        let (mut out, mut workspace) = (out.into(), workspace.into());
+        let mut out = TopK { values: out.values.buffer_mut(), indices: out.indices.buffer_mut() };
+        self.run_planned(plan, &queries, &mut out, &workspace.buffer_mut())
+    }
+
+    /// Checks `queries`, the outputs and the workspace against `plan`, then runs it.
+    fn run_planned(
+        &self,
+        plan: &StreamedSearchPlan,
+        queries: &Vectors<'_, T>,
+        out: &mut TopK<f32>,
+        workspace: &DeviceBuffer<u8>,
+    ) -> Result<()> {
         queries.data.buffer().check_gpu(&self.gpu, "the queries")?;
+        let same_index =
+            plan.plan.base == self.len && plan.plan.dim == self.dim && plan.metric == self.metric;
+        if !plan.gpu.same_device(&self.gpu) || !same_index {
+            return Err(Error::invalid("the plan was made for another index"));
+        }
         if queries.dim != self.dim {
             return Err(Error::invalid(format!(
                 "queries of {} components searched in an index of {}",
                 queries.dim, self.dim
             )));
         }
-        self.check_k(k)?;
-        let plan = self.gpu.plan_knn_streamed::<T>(queries.count, (self.len, self.dim), k, self.metric)?;
-        let len = queries.count * k;
-        let mut out =
-            TopK { values: self.gpu.alloc_uninit::<f32>(len)?, indices: self.gpu.alloc_uninit::<u64>(len)? };
-        let workspace = self.gpu.alloc_uninit::<u8>(plan.workspace_bytes.max(1))?;
+        if queries.count != plan.plan.queries {
+            return Err(Error::invalid(format!(
+                "{} queries, the plan is for {}",
+                queries.count, plan.plan.queries
+            )));
+        }
+        self.gpu.check_outputs(out, plan.outputs(), ["k-NN output distances", "k-NN output indices"])?;
+        self.gpu.check_workspace(workspace, plan.workspace_bytes())?;
         // SAFETY: the index borrows the base for its whole life, and dropping it drops the
         // copier's last handle, which waits for the copies queued here.
         unsafe {
-            self.gpu.run_knn_streamed(
-                &self.copier,
-                &plan,
-                (queries.set(), self.base),
-                &workspace,
-                &mut out,
-            )?;
+            self.gpu.run_knn_streamed(&self.copier, &plan.plan, (queries.set(), self.base), workspace, out)
         }
-        Ok(Neighbours { distances: out.values, indices: out.indices })
     }
 
     /// [`StreamedIndex::search`] of queries in a host slice (`count · dim` values): uploads
@@ -153,6 +227,42 @@ impl<'a, T: VectorComponent> StreamedIndex<'a, T> {
             ));
         }
         Ok(())
+    }
+}
+
+/// A search of a [`StreamedIndex`] made ready for a number of queries and a `k`
+/// ([`StreamedIndex::plan_search`]): its chunks and the workspace a run needs.
+#[derive(Clone, Debug)]
+pub struct StreamedSearchPlan {
+    gpu: Gpu,
+    metric: Metric,
+    plan: StreamedPlan,
+}
+
+impl StreamedSearchPlan {
+    /// Bytes of workspace a run needs ([`StreamedIndex::search_into`]).
+    pub fn workspace_bytes(&self) -> usize {
+        self.plan.workspace_bytes
+    }
+
+    /// Distances (and indices) a run writes: `queries · k`.
+    pub fn outputs(&self) -> usize {
+        self.plan.queries * self.plan.k
+    }
+
+    /// The number of queries planned for.
+    pub fn queries(&self) -> usize {
+        self.plan.queries
+    }
+
+    /// The `k` planned for.
+    pub fn k(&self) -> usize {
+        self.plan.k
+    }
+
+    /// The chunks a run copies the base in.
+    pub fn chunks(&self) -> usize {
+        self.plan.chunks.len()
     }
 }
 

@@ -25,6 +25,6 @@ mod top_k;
 
 pub use input::Keys;
 pub use knn::{FlatIndex, MultiGpuIndex, Placement, SearchPlan, VectorComponent, Vectors};
-pub use knn_streamed::StreamedIndex;
+pub use knn_streamed::{StreamedIndex, StreamedSearchPlan};
 pub use select::SelectPlan;
 pub use top_k::TopKPlan;

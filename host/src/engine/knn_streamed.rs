@@ -62,7 +62,7 @@ pub(crate) struct StreamedPlan {
     pub(crate) base: usize,
     pub(crate) k: usize,
     metric: Metric,
-    dim: usize,
+    pub(crate) dim: usize,
     /// The chunks the base is cut into, in order: first vector and length.
     pub(crate) chunks: Vec<(usize, usize)>,
     /// How each chunk's best join the best so far, chunk by chunk.
