@@ -476,28 +476,40 @@ impl<'a, T: VectorComponent> FlatIndex<'a, T> {
         out: &mut TopK<f32>,
         workspace: &DeviceBuffer<u8>,
     ) -> Result<()> {
-        queries.data.buffer().check_gpu(&self.gpu, "the queries")?;
         let same_index =
             plan.dim == self.dim && plan.plan.base == self.base.count && plan.plan.metric == self.metric;
-        if !plan.gpu.same_device(&self.gpu) || !same_index {
-            return Err(Error::invalid("the plan was made for another index"));
-        }
-        if queries.dim != self.dim {
-            return Err(Error::invalid(format!(
-                "queries of {} components searched in an index of {}",
-                queries.dim, self.dim
-            )));
-        }
-        if queries.count != plan.plan.queries {
-            return Err(Error::invalid(format!(
-                "{} queries, the plan is for {}",
-                queries.count, plan.plan.queries
-            )));
-        }
-        self.gpu.check_outputs(out, plan.outputs(), ["k-NN output distances", "k-NN output indices"])?;
-        self.gpu.check_workspace(workspace, plan.workspace_bytes())?;
+        let same_index = same_index && plan.gpu.same_device(&self.gpu);
+        let planned = (same_index, self.dim, plan.plan.queries, plan.outputs(), plan.workspace_bytes());
+        check_planned_search(&self.gpu, planned, queries, out, workspace)?;
         self.run_core(plan, queries.set(), out, workspace)
     }
+}
+
+/// The checks a planned search (of either index) makes of its queries, outputs and
+/// workspace. `plan`: whether it was made for this index on this device, the index's
+/// dimension, and the plan's queries, outputs and workspace bytes.
+pub(super) fn check_planned_search<T: VectorComponent>(
+    gpu: &Gpu,
+    (same_index, dim, planned, outputs, workspace_bytes): (bool, usize, usize, usize, usize),
+    queries: &Vectors<'_, T>,
+    out: &TopK<f32>,
+    workspace: &DeviceBuffer<u8>,
+) -> Result<()> {
+    queries.data.buffer().check_gpu(gpu, "the queries")?;
+    if !same_index {
+        return Err(Error::invalid("the plan was made for another index"));
+    }
+    if queries.dim != dim {
+        return Err(Error::invalid(format!(
+            "queries of {} components searched in an index of {dim}",
+            queries.dim
+        )));
+    }
+    if queries.count != planned {
+        return Err(Error::invalid(format!("{} queries, the plan is for {planned}", queries.count)));
+    }
+    gpu.check_outputs(out, outputs, ["k-NN output distances", "k-NN output indices"])?;
+    gpu.check_workspace(workspace, workspace_bytes)
 }
 
 /// A search of a [`FlatIndex`] made ready for a number of queries and a `k`

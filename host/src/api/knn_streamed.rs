@@ -10,7 +10,7 @@ use crate::gpu::Gpu;
 use crate::results::{Neighbours, TopK, TopKOut};
 use crate::view::DeviceSliceMut;
 
-use super::knn::{VectorComponent, Vectors, whole_vectors};
+use super::knn::{VectorComponent, Vectors, check_planned_search, whole_vectors};
 
 /// An exact (brute-force) k-NN index over base vectors the caller keeps in host memory:
 /// each search copies the base to the device chunk by chunk (at most
@@ -181,26 +181,11 @@ impl<'a, T: VectorComponent> StreamedIndex<'a, T> {
         out: &mut TopK<f32>,
         workspace: &DeviceBuffer<u8>,
     ) -> Result<()> {
-        queries.data.buffer().check_gpu(&self.gpu, "the queries")?;
         let same_index =
             plan.plan.base == self.len && plan.plan.dim == self.dim && plan.metric == self.metric;
-        if !plan.gpu.same_device(&self.gpu) || !same_index {
-            return Err(Error::invalid("the plan was made for another index"));
-        }
-        if queries.dim != self.dim {
-            return Err(Error::invalid(format!(
-                "queries of {} components searched in an index of {}",
-                queries.dim, self.dim
-            )));
-        }
-        if queries.count != plan.plan.queries {
-            return Err(Error::invalid(format!(
-                "{} queries, the plan is for {}",
-                queries.count, plan.plan.queries
-            )));
-        }
-        self.gpu.check_outputs(out, plan.outputs(), ["k-NN output distances", "k-NN output indices"])?;
-        self.gpu.check_workspace(workspace, plan.workspace_bytes())?;
+        let same_index = same_index && plan.gpu.same_device(&self.gpu);
+        let planned = (same_index, self.dim, plan.plan.queries, plan.outputs(), plan.workspace_bytes());
+        check_planned_search(&self.gpu, planned, queries, out, workspace)?;
         // SAFETY: the index borrows the base for its whole life, and dropping it drops the
         // copier's last handle, which waits for the copies queued here.
         unsafe {
