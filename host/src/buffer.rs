@@ -200,14 +200,8 @@ impl Gpu {
         }
         // On the handle's stream, after the work queued before (which may still read the
         // buffer); waited for, so that the caller may reuse `values` at once.
-        let (address, source, bytes) =
-            (buffer.global_ptr().address(), values.as_ptr().cast::<u8>(), buffer.bytes());
-        self.raw_memory_op(
-            bytes,
-            "copying to the device",
-            |stream| unsafe { sys::cuMemcpyHtoDAsync_v2(address, source.cast(), bytes, stream) },
-            || unsafe { std::ptr::copy_nonoverlapping(source, address as usize as *mut u8, bytes) },
-        )?;
+        // SAFETY: `values` outlives the copy (waited for below); the buffer holds its bytes.
+        unsafe { self.copy_to_address_async(values, buffer.global_ptr().address())? };
         self.synchronize()
     }
 
