@@ -94,9 +94,7 @@ impl<'a, T: VectorComponent> StreamedIndex<'a, T> {
     /// the first search waits for a short copy); one chunk where a full one would be below
     /// 1/32 of the tuning's bytes.
     pub fn chunks(&self) -> usize {
-        self.gpu
-            .plan_knn_streamed::<T>(1, (self.len, self.dim), 1, self.metric)
-            .map_or(1, |plan| plan.chunks.len())
+        self.gpu.knn_stream_chunks::<T>(self.len, self.dim).map_or(1, |chunks| chunks.len())
     }
 
     /// The `k` nearest base vectors of each query (on the index's device): `queries.count()

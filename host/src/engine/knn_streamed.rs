@@ -24,7 +24,7 @@ use gpu_select_kernels::knn::Metric;
 use gpu_select_kernels::params::GlobalPtr;
 
 use crate::buffer::{DeviceBuffer, DeviceValue};
-use crate::engine::knn::{KnnPrecision, KnnRun, KnnStorage, VectorSet};
+use crate::engine::knn::{KnnPlan, KnnPrecision, KnnRun, KnnStorage, VectorSet};
 use crate::engine::rows::RowsSpec;
 use crate::error::Result;
 use crate::gpu::Gpu;
@@ -103,6 +103,18 @@ impl StreamedPlan {
 }
 
 impl Gpu {
+    /// The chunks a streamed search cuts a host base of `base` vectors of `dim` components
+    /// of `T` into ([`chunk_schedule`] within [`Tuning::knn_stream_chunk_bytes`](crate::Tuning)).
+    pub(crate) fn knn_stream_chunks<T: KnnStorage>(
+        &self,
+        base: usize,
+        dim: usize,
+    ) -> Result<Vec<(usize, usize)>> {
+        let most = (self.tuning().knn_stream_chunk_bytes / (dim * size_of::<T>())).max(1);
+        check_key_count(most.min(base))?;
+        Ok(chunk_schedule(base, most))
+    }
+
     /// Plans a search of `queries` vectors against a host base of `base` vectors of `dim`
     /// components of `T` for their `k` nearest (`1 ≤ k ≤ base`).
     pub(crate) fn plan_knn_streamed<T: KnnStorage>(
@@ -114,9 +126,7 @@ impl Gpu {
     ) -> Result<StreamedPlan> {
         check_key_count(queries)?;
         let vector_bytes = dim * size_of::<T>();
-        let most = (self.tuning().knn_stream_chunk_bytes / vector_bytes).max(1);
-        check_key_count(most.min(base))?;
-        let chunks = chunk_schedule(base, most);
+        let chunks = self.knn_stream_chunks::<T>(base, dim)?;
         let steps = merge_steps(&chunks, k);
         let longest = chunks.iter().map(|&(_, len)| len).max().unwrap_or(0);
         let several = chunks.len() > 1;
@@ -213,6 +223,7 @@ impl Gpu {
             unsafe { copier.copy_to_address_async(values, address(regions.slots[chunk % 2])) }
         };
         let negate = plan.metric.is_similarity();
+        let mut searches: Vec<((usize, usize), KnnPlan)> = Vec::new();
         let mut first_query = 0;
         while first_query < plan.queries {
             let count = plan.query_group.min(plan.queries - first_query);
@@ -241,11 +252,21 @@ impl Gpu {
                 if plan.needs_norms() {
                     self.knn_norms(vectors, dim, norms)?;
                 }
-                let search = self.plan_knn(count, len, step.kept, plan.metric, false, KnnPrecision::F32)?;
+                // A plan per shape (two query counts, a few chunk lengths), not per chunk.
+                let shape = (count, len);
+                let search = match searches.iter().position(|(known, _)| *known == shape) {
+                    Some(at) => &searches[at].1,
+                    None => {
+                        let made =
+                            self.plan_knn(count, len, step.kept, plan.metric, false, KnnPrecision::F32)?;
+                        searches.push((shape, made));
+                        &searches[searches.len() - 1].1
+                    }
+                };
                 let mut chunk_out = pair(regions.chunk_best, count * step.kept);
                 let target = if plan.merges() { &mut chunk_out } else { &mut group_out };
                 let run = KnnRun { base_norms: norms, out: target };
-                self.run_knn(&search, (group, vectors, dim), &search_workspace, run)?;
+                self.run_knn(search, (group, vectors, dim), &search_workspace, run)?;
                 if !plan.merges() {
                     continue;
                 }
