@@ -1,6 +1,6 @@
 """Which kernels two PTX builds compile differently: every `.entry` of OLD against the same
 entry of NEW, with what differs between builds of the same code set aside (branch labels,
-call-sequence numbers, the hashes in anonymous symbol names, `.globl` comments). A kernel
+call-sequence numbers, anonymous symbols' hashes and numbers, `.globl` comments). A kernel
 that compares equal runs the same instructions, so a change that leaves a kernel equal
 cannot make it slower.
 
@@ -24,7 +24,12 @@ def entries(path):
         part = re.sub(r"\$L__BB\d+_\d+", label, part)
         part = re.sub(r"__local_depot\d+", "DEPOT", part)
         part = re.sub(r"callseq \d+", "callseq N", part)
-        part = re.sub(r"anon_\$_[0-9a-f]+_\$_", "ANON_", part)
+        # Anonymous constants (panic locations, tables) renumber when another kernel's code
+        # adds or drops one: numbered here by first use within the entry, as the labels.
+        anons = {}
+        part = re.sub(
+            r"anon_\$_[0-9a-f]+_\$_\d+", lambda m: anons.setdefault(m.group(0), f"ANON{len(anons)}"), part
+        )
         part = re.sub(r"// \.globl\s+\w+", "", part)
         found[name] = part
     return found
