@@ -1616,7 +1616,8 @@ fn emulator_demo(reason: &str) {
 /// `GPU_SELECT_TOPK_BLOCKS_PER_SM`, `GPU_SELECT_TOPK_TILES_PER_BLOCK_LATER`,
 /// `GPU_SELECT_BITONIC_TIGHT_BOUND=0`, `GPU_SELECT_ROWS_ALGORITHM` (`warp-select`,
 /// `radix-select`: what `Algorithm::Auto` runs on rows), `GPU_SELECT_ROWS_WARPS_PER_ROW` (`1`
-/// or `4`) and `GPU_SELECT_ROWS_RADIX_PARTS`.
+/// or `4`), `GPU_SELECT_ROWS_RADIX_PARTS`, `GPU_SELECT_MULTISELECT_SAMPLE` and
+/// `GPU_SELECT_MULTISELECT_PLACE_KEYS`.
 fn tuning_from_env(gpu: &Gpu) -> Tuning {
     fn number<T: std::str::FromStr>(name: &str) -> Option<T> {
         std::env::var(name).ok().map(|v| v.parse().unwrap_or_else(|_| panic!("{name}={v}: not a number")))
@@ -1630,6 +1631,12 @@ fn tuning_from_env(gpu: &Gpu) -> Tuning {
     }
     if let Some(bytes) = number("GPU_SELECT_KNN_TILE_BYTES") {
         tuning.knn_tile_bytes = bytes;
+    }
+    if let Some(keys) = number("GPU_SELECT_MULTISELECT_SAMPLE") {
+        tuning.multiselect_sample = keys;
+    }
+    if let Some(keys) = number("GPU_SELECT_MULTISELECT_PLACE_KEYS") {
+        tuning.multiselect_place_keys = keys;
     }
     if let Some(percent) = number("GPU_SELECT_KNN_RERANK_EXTRA_PERCENT") {
         tuning.knn_rerank_extra_percent = percent;

@@ -62,6 +62,9 @@ fn every_table_kernel_is_exported_with_the_host_parameter_size() {
                 _ if name.starts_with("radix_") => size_of::<RadixParams<f32>>(),
                 _ if name.starts_with("sample_select_") => size_of::<SampleParams<f32>>(),
                 _ if name.starts_with("multiselect_gather_") => size_of::<GatherKeysParams<f32>>(),
+                _ if name.starts_with("multiselect_sample_") => {
+                    size_of::<gpu_select_kernels::select::multi::SampleSummaryParams<f32>>()
+                }
                 _ if name.starts_with("multiselect_pick_") => size_of::<PickParams<f32>>(),
                 _ if name.starts_with("multiselect_") => size_of::<MultiParams<f32>>(),
                 _ if name.starts_with("sort_choose_") => size_of::<SortChooseParams<f32>>(),

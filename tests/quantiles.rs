@@ -323,6 +323,25 @@ fn bucket_multiselect_ends_every_way() {
     }
 }
 
+/// The last pass placed straight from the data (few active labels) and from a filter's
+/// candidates (`Tuning::multiselect_place_keys` below the keys kept) give the same, right
+/// keys.
+#[test]
+fn placing_from_the_data_or_from_a_filter() {
+    let gpu = gpu();
+    let n = 200_003;
+    let keys: Vec<f32> = generate(n, Distribution::Uniform, 9);
+    for place_keys in [0, u64::MAX] {
+        let tuned =
+            gpu.with_tuning(gpu_select::Tuning { multiselect_place_keys: place_keys, ..*gpu.tuning() });
+        for m in [1, 11, 101, 1001] {
+            let ranks = wanted_ranks(n, m, m as u64 + 5);
+            let name = format!("place keys {place_keys}, m={m}");
+            check_multiselect(&tuned, &keys, &ranks, MultiselectAlgorithm::BucketMultiselect, &name);
+        }
+    }
+}
+
 /// A label whose keys span one bit pattern only within the data's extremes (keys of one
 /// value and one key just above it, which the sample misses): its rank is that key, found
 /// from the extremes, not read from keys the last filter did not keep.

@@ -23,10 +23,10 @@ use crate::merge::{MergeParams, merge_runs};
 use crate::params::BlockSortParams;
 use crate::probe::{ProbeParams, global_atomics, indices, shared_memory, warp_collectives};
 use crate::select::multi::{
-    GatherKeysParams, MultiParams, PickParams, bases as multiselect_bases_body,
+    GatherKeysParams, MultiParams, PickParams, SampleSummaryParams, bases as multiselect_bases_body,
     block_counts as multiselect_block_counts_body, count as multiselect_count_body,
     filter as multiselect_filter_body, gather as multiselect_gather_body, pick as multiselect_pick_body,
-    place as multiselect_place_body, totals as multiselect_totals_body,
+    place as multiselect_place_body, sample as multiselect_sample_body, totals as multiselect_totals_body,
 };
 use crate::select::sample::{
     SampleParams, bracket as sample_bracket_body, bracket_place as sample_bracket_place_body,
@@ -149,6 +149,8 @@ pub trait KernelKey: Key {
     const MULTISELECT_TOTALS: KernelId<MultiParams<Self>>;
     /// Keys at given positions (multiselect's sample and answers).
     const MULTISELECT_GATHER: KernelId<GatherKeysParams<Self>>;
+    /// Bucket multiselect: the sample's summary (extremes and keys per first-pass slot).
+    const MULTISELECT_SAMPLE: KernelId<SampleSummaryParams<Self>>;
     /// Batched top-k (BlockSelect), k ≤ 32.
     const ROWS_Q1: KernelId<RowsParams<Self>>;
     /// Batched top-k (BlockSelect), k ≤ 64.
@@ -230,6 +232,7 @@ crate::__kernel_table! {
         MULTISELECT_PICK = multiselect_pick(PickParams) => multiselect_pick_body;
         MULTISELECT_TOTALS = multiselect_totals(MultiParams) => multiselect_totals_body;
         MULTISELECT_GATHER = multiselect_gather(GatherKeysParams) => multiselect_gather_body;
+        MULTISELECT_SAMPLE = multiselect_sample(SampleSummaryParams) => multiselect_sample_body;
     }
     plain {
         /// Read-only pass over a buffer: the benchmarks' floor.

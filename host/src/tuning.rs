@@ -59,9 +59,26 @@ pub struct Tuning {
     /// takes about two reads of them by one block, where a filter pass over the data
     /// would take two to three reads of all of it and a round trip to the host.
     pub multiselect_pick_max: u32,
+    /// Bucket multiselect places the active labels' keys straight from the data (its
+    /// second and last read) only when they are at most this many keys (2^24); more take a
+    /// filter first and are placed from its candidates. The place pass writes each kept key
+    /// at its label's next place, and these writes scatter: on an H100 (runs 230–231),
+    /// from 2^28 keys, placing 101 quantiles' 3.6 · 10^6 keys took 0.46 ms (the count:
+    /// 0.43), 1001 quantiles' 3.6 · 10^7 keys 1.84–1.98 ms, against 0.90 ms for a filter
+    /// and 0.55 for placing its candidates; whole calls were even at about 2 · 10^7 keys
+    /// (601 quantiles). From 2^24 keys, placing 1001 quantiles' keys straight is faster.
+    pub multiselect_place_keys: u64,
     /// Labels a bucket multiselect filter shares out among the active labels (8192, the
     /// kernels' most); with more than half as many active labels the kept keys are sorted.
     pub multiselect_labels: u32,
+    /// Bucket multiselect's sample on one GPU is one key for every 2^14 (at least 1024), and
+    /// at most this many (16 384, reached at 2^28 keys). Its extremes bound the first
+    /// pass's table, about `n / (sample + 1)` keys fall below and above them, in one label
+    /// each, and its keys share the table's labels out. A sample of 1024 left those two
+    /// labels at about 262 000 keys each at n = 2^28, over the pick's limit, so a quantile
+    /// at 0 (numpy's linear method reads rank 1 there) took a filter pass over the data.
+    /// Over shards (DIBMS) the sample crosses the network and stays 1024 keys in all.
+    pub multiselect_sample: u32,
     /// k-NN: bytes of distance tiles and per-tile candidates a search keeps at once (1 GiB;
     /// Faiss's GPU resources reserve up to 1.5 GiB); queries and base vectors are tiled to
     /// fit (the matrix of all distances is never held). For `k` beyond 2048 half of it: the
@@ -120,7 +137,9 @@ impl Default for Tuning {
             rows_radix_parts: None,
             rows_large_k_workspace_bytes: 256 << 20,
             multiselect_pick_max: 1 << 18,
+            multiselect_place_keys: 1 << 24,
             multiselect_labels: 8192,
+            multiselect_sample: 1 << 14,
             knn_tile_bytes: 1 << 30,
             knn_streams: 1,
             knn_rerank_extra_percent: 100,

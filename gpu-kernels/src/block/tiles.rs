@@ -119,6 +119,27 @@ pub unsafe fn load_tile_vectors_opaque<K: Copy + Default>(
     }
 }
 
+/// [`load_tile_vectors_opaque`] with the vectors loaded as streamed data
+/// ([`device::load_global_v4_evict_first`]): for a pass that reads its data once and whose
+/// scattered writes should keep their place in L2.
+///
+/// # Safety
+/// As [`load_tile_vectors_opaque`].
+#[inline(always)]
+pub unsafe fn load_tile_vectors_evict_first<K: Copy + Default>(
+    keys: GlobalPtr<K>,
+    tile_start: u64,
+) -> [K; TILE_ITEMS] {
+    let base = unsafe { keys.as_ptr().add(tile_start as usize) } as *const [u32; 4];
+    unsafe {
+        unpack_tile(|j| {
+            device::load_global_v4_evict_first(
+                base.add(device::thread_idx_x() as usize + j * TILE_THREADS as usize).cast(),
+            )
+        })
+    }
+}
+
 /// The items of a full tile from its thread's 16-byte vectors, `vector(j)` for `j` below
 /// the vectors a thread's items fill.
 #[inline(always)]

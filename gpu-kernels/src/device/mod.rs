@@ -495,6 +495,17 @@ pub unsafe fn load_global_v4(address: *const u32) -> [u32; 4] {
     unsafe { backend::load_global_v4(address) }
 }
 
+/// [`load_global_v4`] as streamed data (`ld.global.cs.v4.u32`: "likely to be accessed
+/// once", allocated evict-first in L1 and L2), so that a pass streaming its input through
+/// L2 does not push out what it writes. *Any thread.*
+///
+/// # Safety
+/// As [`load_global_v4`].
+#[inline(always)]
+pub unsafe fn load_global_v4_evict_first(address: *const u32) -> [u32; 4] {
+    unsafe { backend::load_global_v4_evict_first(address) }
+}
+
 /// `value` rounded to TF32 (10 mantissa bits, `f32`'s exponent), to nearest with ties away
 /// from zero, as the bits of an `f32` whose low 13 bits are zero (`cvt.rna.tf32.f32`; the
 /// same integer rounding in the emulator). Infinities and NaN stay. *Any thread.*

@@ -231,6 +231,23 @@ pub unsafe fn load_global_v4(address: *const u32) -> [u32; 4] {
     };
     [a, b, c, d]
 }
+// As `load_global_v4`, with the streaming cache operator.
+#[inline(always)]
+pub unsafe fn load_global_v4_evict_first(address: *const u32) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    unsafe {
+        asm!(
+            "{{ .reg .u64 %gaddr; cvta.to.global.u64 %gaddr, {address}; ld.global.cs.v4.u32 {{{a}, {b}, {c}, {d}}}, [%gaddr]; }}",
+            address = in(reg64) address,
+            a = out(reg32) a,
+            b = out(reg32) b,
+            c = out(reg32) c,
+            d = out(reg32) d,
+            options(pure, readonly, nostack)
+        )
+    };
+    [a, b, c, d]
+}
 #[inline(always)]
 pub fn f32_to_tf32(value: f32) -> u32 {
     let bits: u32;

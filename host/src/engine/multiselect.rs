@@ -3,7 +3,9 @@
 //! labels that go on; and sort & choose, the baseline that sorts every key.
 //!
 //! A run, for `m` wanted ranks of `n` keys:
-//! 1. a sample of [`SAMPLE_SIZE`] keys, sorted here: its extremes `[lo, hi]` are cut into
+//! 1. a sample of one key for every 2^14 ([`sample_size`]: 1024 to 16 384; over shards
+//!    [`SAMPLE_SIZE`] in all, as it crosses the network), summed up on the GPU (over
+//!    shards, the joined sample on each shard's host): its extremes `[lo, hi]` are cut into
 //!    [`FIRST_SLOTS`] slots of equal width in ordered bits, and the [`MAX_LABELS`] labels
 //!    shared out among the slots in proportion to their sample keys (a power of two each:
 //!    the paper's kernel density estimate as a table). Keys below `lo`, above `hi`, and NaN
@@ -18,8 +20,8 @@
 //! 4. more filters over the kept keys, until every active label holds at most
 //!    [`Tuning::multiselect_pick_max`](crate::Tuning) keys (2^18; most of the count's
 //!    labels of spread data hold a few times `n / 8192` keys, so the data's second read is
-//!    often the last pass, but the labels below and above the sample hold about
-//!    `n / 1025`): the last pass places the active labels' keys
+//!    often the last pass, and the labels below and above the sample about
+//!    `n / (sample + 1)`): the last pass places the active labels' keys
 //!    together by label, with no split and no counts, and one block per rank picks its key
 //!    among its label's (a radix select). After [`MAX_FILTERS`] filters, or when more than
 //!    half the labels would be active, the last filter's keys are sorted instead and each
@@ -34,7 +36,7 @@ use gpu_select_kernels::params::GlobalPtr;
 use gpu_select_kernels::select::multi::{
     BasesLayout, BlockCountsLayout, FIRST_SLOTS, FirstPass, GatherKeysParams, MAX_LABELS, MAX_MULTI_BLOCKS,
     MULTI_THREADS, MultiParams, PLACE_SLOTS, PassLayout, Pick, PickLayout, PickParams, PlaceLayout,
-    SMALL_THREADS, Split, TOTALS_ROWS,
+    SMALL_THREADS, SampleLayout, SampleSummaryParams, Split, SummaryWords, TOTALS_ROWS,
 };
 use gpu_select_kernels::{Key, OrderedBits};
 
@@ -51,8 +53,18 @@ use crate::{Order, SelectKey};
 unsafe impl DeviceValue for Split {}
 unsafe impl DeviceValue for Pick {}
 
-/// Keys in the sample.
+/// Keys in the sample over shards, and the least on one GPU.
 pub(crate) const SAMPLE_SIZE: usize = 1024;
+/// On one GPU the sample grows with the keys, one for every this many, so that the labels
+/// below and above it hold about this many keys each (a quick pick, whatever a quantile
+/// near 0 or 1 asks of them).
+const KEYS_PER_SAMPLE_KEY: u64 = 1 << 14;
+
+/// Keys in the sample of `n` keys on one GPU: one for every [`KEYS_PER_SAMPLE_KEY`], at
+/// least [`SAMPLE_SIZE`] and at most `most` ([`Tuning::multiselect_sample`](crate::Tuning)).
+fn sample_size(n: u64, most: u32) -> u64 {
+    (n / KEYS_PER_SAMPLE_KEY).clamp(SAMPLE_SIZE as u64, (most as u64).max(SAMPLE_SIZE as u64))
+}
 /// Inputs of at most this many keys are sorted whole (with `Auto`).
 pub(crate) const SORT_WHOLE_MAX: usize = 1 << 16;
 /// Blocks per multiprocessor of the count and filter passes: one wave (the filter takes up
@@ -118,33 +130,67 @@ impl LabelSpace {
     }
 }
 
-/// The first pass from the sorted sample bits: [`FirstPass`], its slot table, and its labels.
+/// The sample as the first pass needs it: the extremes of its keys that are not NaN
+/// (ordered bits; 0 when there are none), how many those are, and how many fall in each
+/// slot of the table over the extremes (`(hi − lo) >> slot_shift + 1` slots).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct SampleSummary {
+    lo: u64,
+    hi: u64,
+    finite: u64,
+    per_slot: Vec<u64>,
+}
+
+impl SampleSummary {
+    /// The summary of sample keys' ordered bits, in any order (over shards: their samples
+    /// joined).
+    fn of<K: Key>(sample: &[u64]) -> Self {
+        // NaN's bits are above every other key's: one comparison leaves NaN out.
+        let nan = nan_bits::<K>();
+        let is_finite = |bits: u64| nan.is_none_or(|nan| bits < nan);
+        let (mut lo, mut hi, mut finite) = (u64::MAX, 0u64, 0u64);
+        for &bits in sample.iter().filter(|&&bits| is_finite(bits)) {
+            (lo, hi, finite) = (lo.min(bits), hi.max(bits), finite + 1);
+        }
+        if finite == 0 {
+            (lo, hi) = (0, 0);
+        }
+        let slot_shift = FirstPass::slot_shift_of(lo, hi);
+        let mut per_slot = vec![0u64; ((hi - lo) >> slot_shift) as usize + 1];
+        for &bits in sample.iter().filter(|&&bits| is_finite(bits)) {
+            per_slot[((bits - lo) >> slot_shift) as usize] += 1;
+        }
+        Self { lo, hi, finite, per_slot }
+    }
+
+    /// The summary the `multiselect_sample` kernel wrote ([`SummaryWords`]).
+    fn from_words(words: &[u64]) -> Self {
+        let (lo, hi) = (words[SummaryWords::SMALLEST], words[SummaryWords::LARGEST]);
+        let slots = ((hi - lo) >> FirstPass::slot_shift_of(lo, hi)) as usize + 1;
+        let per_slot = words[SummaryWords::SLOTS..SummaryWords::SLOTS + slots].to_vec();
+        Self { lo, hi, finite: words[SummaryWords::FINITE], per_slot }
+    }
+}
+
+/// The first pass from the sample's summary: [`FirstPass`], its slot table, and its labels.
 ///
 /// `nearest`: each slot's share of labels rounded to the nearest power of two within the
 /// budget (one GPU: smaller labels); else rounded down (over shards, where every label's
 /// count crosses the network: rounding to the nearest made DIBMS send about 22 % more
 /// bytes, emulator, `dibms_bytes_do_not_grow_with_the_keys`).
-fn first_pass<K: Key>(sample: &[u64], nearest: bool) -> (FirstPass, Vec<u32>, LabelSpace) {
+fn first_pass<K: Key>(sample: &SampleSummary, nearest: bool) -> (FirstPass, Vec<u32>, LabelSpace) {
     let nan = nan_bits::<K>();
     let key_max = K::Bits::MAX.to_u64();
-    let finite: Vec<u64> = sample.iter().copied().filter(|&b| nan.is_none_or(|nan| b < nan)).collect();
-    let (lo, hi) = match (finite.first(), finite.last()) {
-        (Some(&lo), Some(&hi)) => (lo, hi),
-        _ => (0, 0),
-    };
-    let slot_shift = bit_length(hi - lo).saturating_sub(FIRST_SLOTS.trailing_zeros());
-    let slots = ((hi - lo) >> slot_shift) as usize + 1;
-    let mut per_slot = vec![0usize; slots];
-    for &bits in &finite {
-        per_slot[((bits - lo) >> slot_shift) as usize] += 1;
-    }
+    let SampleSummary { lo, hi, finite, ref per_slot } = *sample;
+    let slot_shift = FirstPass::slot_shift_of(lo, hi);
+    let slots = per_slot.len();
     // Labels in proportion to the sample (a quarter key's weight for an empty slot), a power
     // of two per slot, no finer than single bit patterns: the power nearest to the slot's
     // share (in log2), then, while over the budget, the one below it for the slots most
     // above their share. (Rounding every share down used about 72 % of the labels, so a
     // label held 1.4 times the keys it needed to.)
     let budget = MAX_LABELS - 3;
-    let weight = finite.len() as f64 + 0.25 * slots as f64;
+    let weight = finite as f64 + 0.25 * slots as f64;
     let slot_range = |slot: usize| {
         let slot_low = lo + ((slot as u64) << slot_shift);
         (slot_low, slot_low.saturating_add((1u64 << slot_shift) - 1).min(hi))
@@ -394,6 +440,30 @@ impl Gpu {
         Ok(out.values)
     }
 
+    /// The summary of `count` keys of `keys` (more than 0) at the sample's pseudo-random
+    /// positions, from the GPU: the keys gathered there, then summed up by one block.
+    fn sample_summary<K: SelectKey>(&self, keys: &DeviceBuffer<K>, count: u64) -> Result<SampleSummary> {
+        let sample = self.alloc_uninit::<K>(count as usize)?;
+        self.queue_gather(keys, None, &sample)?;
+        let summary = self.alloc_uninit::<u64>(SummaryWords::WORDS)?;
+        let nan = nan_bits::<K>();
+        let params = SampleSummaryParams {
+            keys: sample.global_ptr(),
+            count,
+            nan: nan.unwrap_or(0),
+            has_nan: nan.is_some() as u32,
+            reserved: 0,
+            summary: summary.global_ptr(),
+        };
+        let shape = LaunchShape {
+            grid: (1, 1),
+            block_threads: SMALL_THREADS,
+            shared_bytes: SampleLayout::new().bytes,
+        };
+        self.launch(K::MULTISELECT_SAMPLE, shape, params)?;
+        Ok(SampleSummary::from_words(&self.download(&summary)?))
+    }
+
     /// The keys at `positions` of `keys` (the sample's pseudo-random positions when
     /// `None`, `count` of them), read back.
     fn gather_keys<K: SelectKey>(
@@ -405,9 +475,21 @@ impl Gpu {
         if count == 0 {
             return Ok(Vec::new());
         }
-        let positions_on_device = positions.map(|p| self.upload(p)).transpose()?;
         let out = self.alloc_uninit::<K>(count)?;
-        let len = count as u64;
+        self.queue_gather(keys, positions, &out)?;
+        self.download(&out)
+    }
+
+    /// Queues the gather of `out.len()` keys of `keys` (more than 0) at `positions`, or at
+    /// the sample's pseudo-random positions when `None`, into `out`.
+    fn queue_gather<K: SelectKey>(
+        &self,
+        keys: &DeviceBuffer<K>,
+        positions: Option<&[u64]>,
+        out: &DeviceBuffer<K>,
+    ) -> Result<()> {
+        let positions_on_device = positions.map(|p| self.upload(p)).transpose()?;
+        let len = out.len() as u64;
         let blocks = len.div_ceil(SMALL_THREADS as u64).min(1024) as u32;
         let shape = LaunchShape { grid: (blocks, 1), block_threads: SMALL_THREADS, shared_bytes: 0 };
         let params = GatherKeysParams {
@@ -418,8 +500,8 @@ impl Gpu {
             keys_len: keys.len() as u64,
             seed: SAMPLE_SEED,
         };
-        self.launch(K::MULTISELECT_GATHER, shape, params)?;
-        self.download(&out)
+        // The positions' buffer is freed in the stream's order, after the launch.
+        self.launch(K::MULTISELECT_GATHER, shape, params)
     }
 }
 
@@ -737,16 +819,18 @@ impl<'a, K: SelectKey> BucketRun<'a, K> {
             return Err(Error::EmptyInput);
         }
         // 1. The sample (shards sample in proportion to their keys) and the first intervals.
-        let sample_count = if gathering.is_some() {
-            (SAMPLE_SIZE as u64 * local_n).div_ceil(n) as usize
-        } else {
-            SAMPLE_SIZE
+        // Over shards the sample's keys are joined and summed up on each; alone the GPU sums
+        // them up and only the summary comes back.
+        let sample = match gathering {
+            Some(_) => {
+                let count = (SAMPLE_SIZE as u64 * local_n).div_ceil(n) as usize;
+                let local_sample = gpu
+                    .gather_keys(self.keys, None, count)
+                    .map(|keys| keys.iter().map(|k| k.to_ordered().to_u64()).collect());
+                SampleSummary::of::<K>(&exchange.concat(local_sample, size_of::<K>())?)
+            }
+            None => gpu.sample_summary(self.keys, sample_size(n, gpu.tuning().multiselect_sample))?,
         };
-        let local_sample = gpu
-            .gather_keys(self.keys, None, sample_count)
-            .map(|keys| keys.iter().map(|k| k.to_ordered().to_u64()).collect());
-        let mut sample = exchange.concat(local_sample, size_of::<K>())?;
-        sample.sort_unstable();
         let (first_pass, table, first) = first_pass::<K>(&sample, gathering.is_none());
         // 2. The count pass.
         let labels = first.labels() as u32;
@@ -770,7 +854,7 @@ impl<'a, K: SelectKey> BucketRun<'a, K> {
         let mut progress = place_ranks(&totals, &unique);
         // The smallest and largest keys are the count's extremes: ranks 0 and n − 1 (the
         // quantiles at 0 and 1) are answered here, not read from the labels below and above
-        // the sample, each of which holds about n / 1025 keys.
+        // the sample, each of which holds about n / (sample + 1) keys.
         for (p, &rank) in progress.iter_mut().zip(&unique) {
             if rank == 0 {
                 *p = Progress::Found(smallest);
@@ -784,6 +868,7 @@ impl<'a, K: SelectKey> BucketRun<'a, K> {
         let mut candidates: Option<(DeviceBuffer<K>, DeviceBuffer<u32>)> = None;
         let mut filters = 0u32;
         let pick_max = gpu.tuning().multiselect_pick_max.max(1) as u64;
+        let place_from_data = gpu.tuning().multiselect_place_keys;
         let label_budget = (gpu.tuning().multiselect_labels as usize).clamp(2, MAX_LABELS);
         loop {
             // A label holds one value when its range is one bit pattern, or when its range
@@ -802,7 +887,11 @@ impl<'a, K: SelectKey> BucketRun<'a, K> {
             }
             let kept: u64 = active.iter().map(|&l| totals[l as usize]).sum();
             let largest_label = active.iter().map(|&l| totals[l as usize]).max().unwrap_or(0);
-            if gathering.is_none() && largest_label <= pick_max && active.len() <= PLACE_SLOTS {
+            // Placing straight from the data scatters its writes over every active label's
+            // part of the output: past some millions of keys kept, a filter first, then a
+            // place over its candidates, is faster.
+            let placeable = candidates.is_some() || kept <= place_from_data;
+            if gathering.is_none() && largest_label <= pick_max && active.len() <= PLACE_SLOTS && placeable {
                 // The last pass: every active label holds at most
                 // [`Tuning::multiselect_pick_max`](crate::Tuning) keys. They are placed
                 // together by label, and each rank picked among its label's keys (no split,
@@ -1048,14 +1137,13 @@ mod tests {
     /// Every bit pattern (near the ends exhaustively, a sweep between) gets a label that
     /// rises with it and whose range holds it: the host's ranges are the kernels' labels.
     fn check_first_pass<K: Key>(sample: &mut [u64]) {
-        sample.sort_unstable();
         for nearest in [true, false] {
             check_first_pass_rounded::<K>(sample, nearest);
         }
     }
 
     fn check_first_pass_rounded<K: Key>(sample: &[u64], nearest: bool) {
-        let (first, table, space) = first_pass::<K>(sample, nearest);
+        let (first, table, space) = first_pass::<K>(&SampleSummary::of::<K>(sample), nearest);
         assert!(space.labels() <= MAX_LABELS);
         // Keys' bits end at NaN's (every NaN key has them).
         let max = nan_bits::<K>().unwrap_or(K::Bits::MAX.to_u64());
@@ -1116,13 +1204,51 @@ mod tests {
 
     #[test]
     fn floats_get_a_nan_label() {
-        let mut sample: Vec<u64> = (0..1024).map(|i| (i as f32 * 0.5).to_ordered() as u64).collect();
-        sample.sort_unstable();
-        let (first, table, space) = first_pass::<f32>(&sample, true);
+        let sample: Vec<u64> = (0..1024).map(|i| (i as f32 * 0.5).to_ordered() as u64).collect();
+        let (first, table, space) = first_pass::<f32>(&SampleSummary::of::<f32>(&sample), true);
         let nan = nan_bits::<f32>().unwrap();
         assert_eq!(first_label::<f32>(&first, &table, nan), first.nan_label);
         assert_eq!(space.ranges[first.nan_label as usize], (nan, nan));
         assert_eq!(first.nan_label as usize, space.labels() - 1);
+    }
+
+    /// The GPU's summary of the sample (the `multiselect_sample` kernel) is the host's of
+    /// the same keys, for every key type, with NaN, with NaN only, and with samples larger
+    /// and smaller than the data.
+    #[test]
+    fn the_sample_kernel_sums_up_as_the_host_does() {
+        fn check<K: SelectKey>(gpu: &Gpu, keys: &[K]) {
+            let data = gpu.upload(keys).unwrap();
+            for count in [1u64, 37, 1024, 5000] {
+                let on_gpu = gpu.sample_summary(&data, count).unwrap();
+                let sample = gpu.gather_keys(&data, None, count as usize).unwrap();
+                let bits: Vec<u64> = sample.iter().map(|k| k.to_ordered().to_u64()).collect();
+                assert_eq!(on_gpu, SampleSummary::of::<K>(&bits), "{} {count} of {}", K::NAME, keys.len());
+            }
+        }
+        let gpu = Gpu::emulator();
+        let mut random = 5u64;
+        let mut next = move || {
+            random = random.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            random >> 11
+        };
+        let floats: Vec<f32> =
+            (0..3000).map(|i| if i % 7 == 0 { f32::NAN } else { next() as f32 / 1e12 - 2e3 }).collect();
+        check(&gpu, &floats);
+        check(&gpu, &[f32::NAN; 5]);
+        check(&gpu, &[-0.0f32]);
+        let doubles: Vec<f64> = (0..2000).map(|_| next() as f64 * 1e280 - 1e295).collect();
+        check(&gpu, &doubles);
+        check(&gpu, &(0..999).map(|_| next()).collect::<Vec<_>>());
+        check(&gpu, &(0..999).map(|_| next() as i64 - (1 << 52)).collect::<Vec<_>>());
+        check(&gpu, &[u64::MAX, 0, u64::MAX]);
+        check(&gpu, &(0..999).map(|_| next() as u32).collect::<Vec<_>>());
+        check(&gpu, &(0..999).map(|_| next() as i32).collect::<Vec<_>>());
+        let halves: Vec<half::f16> = (0..999)
+            .map(|i| if i == 3 { half::f16::NAN } else { half::f16::from_f64(next() as f64 / 1e12 - 4e3) })
+            .collect();
+        check(&gpu, &halves);
+        check(&gpu, &(0..999).map(|_| half::bf16::from_f64(next() as f64 / 1e9)).collect::<Vec<_>>());
     }
 
     #[test]

@@ -251,6 +251,9 @@ pub unsafe fn load_global_v4(address: *const u32) -> [u32; 4] {
     debug_assert!(address.addr().is_multiple_of(16), "a 16-byte load from an unaligned address");
     unsafe { (address as *const [u32; 4]).read() }
 }
+pub unsafe fn load_global_v4_evict_first(address: *const u32) -> [u32; 4] {
+    unsafe { load_global_v4(address) }
+}
 pub fn f32_to_tf32(value: f32) -> u32 {
     let bits = value.to_bits();
     if !value.is_finite() {
