@@ -60,13 +60,16 @@ pub struct Tuning {
     /// would take two to three reads of all of it and a round trip to the host.
     pub multiselect_pick_max: u32,
     /// Bucket multiselect places the active labels' keys straight from the data (its
-    /// second and last read) only when they are at most this many keys (2^24); more take a
+    /// second and last read) only when they are at most this many keys (2^23); more take a
     /// filter first and are placed from its candidates. The place pass writes each kept key
-    /// at its label's next place, and these writes scatter: on an H100 (runs 230–231),
-    /// from 2^28 keys, placing 101 quantiles' 3.6 · 10^6 keys took 0.46 ms (the count:
-    /// 0.43), 1001 quantiles' 3.6 · 10^7 keys 1.84–1.98 ms, against 0.90 ms for a filter
-    /// and 0.55 for placing its candidates; whole calls were even at about 2 · 10^7 keys
-    /// (601 quantiles). From 2^24 keys, placing 1001 quantiles' keys straight is faster.
+    /// at its label's next place, and these writes scatter: on an H100 (runs 230–231), from
+    /// 2^28 keys, placing 101 quantiles' 3.6 · 10^6 keys took 0.46 ms (the count: 0.43),
+    /// 1001 quantiles' 3.6 · 10^7 keys 1.84–1.98 ms, against 0.90 ms for a filter and 0.55
+    /// for placing its candidates. Whole calls (run 231): straight from the data faster up
+    /// to 201 quantiles (7.2 · 10^6 keys), 7 % faster at 401, even at 601, slower at 1001,
+    /// and 1.5× slower at 301 (1.1 · 10^7 keys; not understood), hence the bound below it.
+    /// From 2^24 keys, placing 1001 quantiles' keys straight is faster (a filter first made
+    /// them 30–50 % slower).
     pub multiselect_place_keys: u64,
     /// Labels a bucket multiselect filter shares out among the active labels (8192, the
     /// kernels' most); with more than half as many active labels the kept keys are sorted.
@@ -137,7 +140,7 @@ impl Default for Tuning {
             rows_radix_parts: None,
             rows_large_k_workspace_bytes: 256 << 20,
             multiselect_pick_max: 1 << 18,
-            multiselect_place_keys: 1 << 24,
+            multiselect_place_keys: 1 << 23,
             multiselect_labels: 8192,
             multiselect_sample: 1 << 14,
             knn_tile_bytes: 1 << 30,
