@@ -109,14 +109,7 @@ pub unsafe fn load_tile_vectors_opaque<K: Copy + Default>(
     keys: GlobalPtr<K>,
     tile_start: u64,
 ) -> [K; TILE_ITEMS] {
-    let base = unsafe { keys.as_ptr().add(tile_start as usize) } as *const [u32; 4];
-    unsafe {
-        unpack_tile(|j| {
-            device::load_global_v4(
-                base.add(device::thread_idx_x() as usize + j * TILE_THREADS as usize).cast(),
-            )
-        })
-    }
+    unsafe { load_tile_vectors_by(keys, tile_start, |address| device::load_global_v4(address)) }
 }
 
 /// [`load_tile_vectors_opaque`] with the vectors loaded as streamed data
@@ -130,13 +123,22 @@ pub unsafe fn load_tile_vectors_evict_first<K: Copy + Default>(
     keys: GlobalPtr<K>,
     tile_start: u64,
 ) -> [K; TILE_ITEMS] {
+    unsafe { load_tile_vectors_by(keys, tile_start, |address| device::load_global_v4_evict_first(address)) }
+}
+
+/// A full tile's items, each of the thread's 16-byte vectors read by `load`.
+///
+/// # Safety
+/// As [`load_tile_vectors_opaque`]; `load` reads 16 bytes at a 16-byte aligned address.
+#[inline(always)]
+unsafe fn load_tile_vectors_by<K: Copy + Default>(
+    keys: GlobalPtr<K>,
+    tile_start: u64,
+    load: impl Fn(*const u32) -> [u32; 4],
+) -> [K; TILE_ITEMS] {
     let base = unsafe { keys.as_ptr().add(tile_start as usize) } as *const [u32; 4];
     unsafe {
-        unpack_tile(|j| {
-            device::load_global_v4_evict_first(
-                base.add(device::thread_idx_x() as usize + j * TILE_THREADS as usize).cast(),
-            )
-        })
+        unpack_tile(|j| load(base.add(device::thread_idx_x() as usize + j * TILE_THREADS as usize).cast()))
     }
 }
 

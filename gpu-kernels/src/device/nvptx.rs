@@ -214,40 +214,31 @@ pub fn f32_to_bf16(value: f32) -> u16 {
     bits
 }
 // Inline assembly so that LLVM neither splits it nor merges it with other loads (see the
-// device layer's docs). `pure, readonly`: it reads memory no kernel thread writes.
-#[inline(always)]
-pub unsafe fn load_global_v4(address: *const u32) -> [u32; 4] {
-    let (a, b, c, d): (u32, u32, u32, u32);
-    unsafe {
-        asm!(
-            "{{ .reg .u64 %gaddr; cvta.to.global.u64 %gaddr, {address}; ld.global.v4.u32 {{{a}, {b}, {c}, {d}}}, [%gaddr]; }}",
-            address = in(reg64) address,
-            a = out(reg32) a,
-            b = out(reg32) b,
-            c = out(reg32) c,
-            d = out(reg32) d,
-            options(pure, readonly, nostack)
-        )
+// device layer's docs). `pure, readonly`: it reads memory no kernel thread writes. One
+// macro for both cache operators (the template must be a literal).
+macro_rules! load_global_v4_with {
+    ($name:ident, $load:literal) => {
+        #[inline(always)]
+        pub unsafe fn $name(address: *const u32) -> [u32; 4] {
+            let (a, b, c, d): (u32, u32, u32, u32);
+            unsafe {
+                asm!(
+                    concat!("{{ .reg .u64 %gaddr; cvta.to.global.u64 %gaddr, {address}; ", $load, " {{{a}, {b}, {c}, {d}}}, [%gaddr]; }}"),
+                    address = in(reg64) address,
+                    a = out(reg32) a,
+                    b = out(reg32) b,
+                    c = out(reg32) c,
+                    d = out(reg32) d,
+                    options(pure, readonly, nostack)
+                )
+            };
+            [a, b, c, d]
+        }
     };
-    [a, b, c, d]
 }
-// As `load_global_v4`, with the streaming cache operator.
-#[inline(always)]
-pub unsafe fn load_global_v4_evict_first(address: *const u32) -> [u32; 4] {
-    let (a, b, c, d): (u32, u32, u32, u32);
-    unsafe {
-        asm!(
-            "{{ .reg .u64 %gaddr; cvta.to.global.u64 %gaddr, {address}; ld.global.cs.v4.u32 {{{a}, {b}, {c}, {d}}}, [%gaddr]; }}",
-            address = in(reg64) address,
-            a = out(reg32) a,
-            b = out(reg32) b,
-            c = out(reg32) c,
-            d = out(reg32) d,
-            options(pure, readonly, nostack)
-        )
-    };
-    [a, b, c, d]
-}
+load_global_v4_with!(load_global_v4, "ld.global.v4.u32");
+// The streaming cache operator: evict-first in L1 and L2.
+load_global_v4_with!(load_global_v4_evict_first, "ld.global.cs.v4.u32");
 #[inline(always)]
 pub fn f32_to_tf32(value: f32) -> u32 {
     let bits: u32;
