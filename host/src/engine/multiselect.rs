@@ -132,7 +132,7 @@ impl LabelSpace {
 
 /// The sample as the first pass needs it: the extremes of its keys that are not NaN
 /// (ordered bits; 0 when there are none), how many those are, and how many fall in each
-/// slot of the table over the extremes (`(hi − lo) >> slot_shift + 1` slots).
+/// slot of the table over the extremes (`((hi − lo) >> slot_shift) + 1` slots).
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct SampleSummary {
     lo: u64,
