@@ -79,6 +79,17 @@ fn median_of_calls(gpu: &Gpu, mut work: impl FnMut() -> gpu_select::Result<()>) 
     samples.median()
 }
 
+/// The median of 3 calls of `work` (long ones: a k-NN search), each timed alone, after one
+/// warm-up call (pool blocks, first launches).
+fn median_of_long_calls(gpu: &Gpu, mut work: Box<dyn FnMut() -> gpu_select::Result<()> + '_>) -> f64 {
+    work().unwrap();
+    let mut samples = Samples::default();
+    for _ in 0..3 {
+        samples.0.push(gpu.time_ms(&mut work).unwrap().1);
+    }
+    samples.median()
+}
+
 /// Median read-floor time for `buffer`, timed directly (not through criterion, so that a
 /// filter on the command line never leaves a case without its floor).
 fn read_floor(gpu: &Gpu, buffer: &DeviceBuffer<f32>) -> f64 {
@@ -531,14 +542,6 @@ fn bench_knn(gpu: &Gpu, cases: &mut Vec<Case>) {
         predicted_ms: None,
     });
     let index = gpu.flat_index(Vectors::new(&base, base_count, dim).unwrap(), Metric::L2).unwrap();
-    let median_of = |mut work: Box<dyn FnMut() -> gpu_select::Result<()> + '_>| {
-        work().unwrap(); // warm-up: pool blocks, first launches
-        let mut samples = Samples::default();
-        for _ in 0..3 {
-            samples.0.push(gpu.time_ms(&mut work).unwrap().1);
-        }
-        samples.median()
-    };
     // Two streams taking the query tiles in turn (Tuning::knn_streams), beside one at k = 100.
     let two_streams = gpu.with_tuning(Tuning { knn_streams: 2, ..*gpu.tuning() });
     let index_two =
@@ -562,7 +565,10 @@ fn bench_knn(gpu: &Gpu, cases: &mut Vec<Case>) {
     for (k, count, label) in runs {
         let part = queries.slice(..count * dim);
         let index = if label.is_empty() { &index } else { &index_two };
-        let ms = median_of(Box::new(|| index.search(Vectors::new(&part, count, dim)?, k).map(|_| ())));
+        let ms = median_of_long_calls(
+            gpu,
+            Box::new(|| index.search(Vectors::new(&part, count, dim)?, k).map(|_| ())),
+        );
         let name = format!("L2 {count} queries x 1e6 x 128 k={k}{label}");
         println!("knn: {name}: {ms:.3} ms");
         cases.push(knn_case(name, count * base_count, base.bytes(), ms));
@@ -580,9 +586,10 @@ fn bench_knn(gpu: &Gpu, cases: &mut Vec<Case>) {
         for k in [1, 10, 100, 1000] {
             let part = Vectors::new(&queries, query_count, dim).unwrap();
             let unproven = knn_unproven(tensor_index, &part, k).unwrap();
-            let ms = median_of(Box::new(|| {
-                tensor_index.search(Vectors::new(&queries, query_count, dim)?, k).map(|_| ())
-            }));
+            let ms = median_of_long_calls(
+                gpu,
+                Box::new(|| tensor_index.search(Vectors::new(&queries, query_count, dim)?, k).map(|_| ())),
+            );
             let name = format!("L2 {query_count} queries x 1e6 x 128 k={k} {label} reranked");
             println!("knn: {name}: {ms:.3} ms ({unproven} queries searched again in f32)");
             cases.push(knn_case(name, query_count * base_count, base.bytes(), ms));
@@ -593,7 +600,7 @@ fn bench_knn(gpu: &Gpu, cases: &mut Vec<Case>) {
     let part = queries.slice(..tile_queries * dim);
     let part = Vectors::new(&part, tile_queries, dim).unwrap();
     for (index, label) in [(&index, ""), (&index_tf32, " tf32"), (&index_tf32x3, " split tf32")] {
-        let ms = median_of(Box::new(|| knn_distances(index, &part, &mut out)));
+        let ms = median_of_long_calls(gpu, Box::new(|| knn_distances(index, &part, &mut out)));
         let flops = 2.0 * (tile_queries * base_count * dim) as f64;
         println!(
             "knn: distance tiles{label} alone, 1024 x 1e6 x 128: {ms:.3} ms, {:.1} TFLOP/s, {:.0} GB/s written",
@@ -616,18 +623,10 @@ fn bench_knn_streamed(gpu: &Gpu, cases: &mut Vec<Case>) {
     let host_base = sift_like(base_count, dim, 2);
     let base = gpu.upload(&host_base).unwrap();
     let queries = gpu.upload(&sift_like(query_count, dim, 3)).unwrap();
-    let median_of = |mut work: Box<dyn FnMut() -> gpu_select::Result<()> + '_>| {
-        work().unwrap();
-        let mut samples = Samples::default();
-        for _ in 0..3 {
-            samples.0.push(gpu.time_ms(&mut work).unwrap().1);
-        }
-        samples.median()
-    };
     let index = gpu.streamed_index(&host_base, dim, Metric::L2).unwrap();
     // The bus: one copy of the whole base from the locked memory (the index holds the lock).
     let mut target = gpu.alloc_zeroed::<f32>(host_base.len()).unwrap();
-    let copy_ms = median_of(Box::new(|| gpu.copy_to_device(&host_base, &mut target)));
+    let copy_ms = median_of_long_calls(gpu, Box::new(|| gpu.copy_to_device(&host_base, &mut target)));
     let gb_per_s = base.bytes() as f64 / copy_ms / 1e6;
     println!(
         "knn-streamed: base pinned: {}; copy of the base (512 MB) to the device: {copy_ms:.3} ms, {gb_per_s:.1} GB/s",
@@ -645,8 +644,10 @@ fn bench_knn_streamed(gpu: &Gpu, cases: &mut Vec<Case>) {
     let resident = gpu.flat_index(Vectors::new(&base, base_count, dim).unwrap(), Metric::L2).unwrap();
     for (k, count) in [(10, query_count), (100, query_count), (100, 1000)] {
         let part = queries.slice(..count * dim);
-        let on_device =
-            median_of(Box::new(|| resident.search(Vectors::new(&part, count, dim)?, k).map(|_| ())));
+        let on_device = median_of_long_calls(
+            gpu,
+            Box::new(|| resident.search(Vectors::new(&part, count, dim)?, k).map(|_| ())),
+        );
         println!("knn-streamed: L2 {count} x 1e6 x 128 k={k}, base on the device: {on_device:.3} ms");
         cases.push(case(format!("L2 {count} x 1e6 x 128 k={k} base on the device"), on_device, copy_ms));
         // The default (256 MiB: full chunks of a quarter of the base, 64 MiB here) and
@@ -656,7 +657,10 @@ fn bench_knn_streamed(gpu: &Gpu, cases: &mut Vec<Case>) {
             let tuned = gpu.with_tuning(Tuning { knn_stream_chunk_bytes: mib << 20, ..*gpu.tuning() });
             let streamed = tuned.streamed_index(&host_base, dim, Metric::L2).unwrap();
             let chunks = streamed.chunks();
-            let ms = median_of(Box::new(|| streamed.search(Vectors::new(&part, count, dim)?, k).map(|_| ())));
+            let ms = median_of_long_calls(
+                gpu,
+                Box::new(|| streamed.search(Vectors::new(&part, count, dim)?, k).map(|_| ())),
+            );
             println!(
                 "knn-streamed: L2 {count} x 1e6 x 128 k={k}, base streamed from host memory in {chunks} chunks (at most {mib} MiB): {ms:.3} ms ({:.3}x the device-resident search)",
                 ms / on_device
