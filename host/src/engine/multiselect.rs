@@ -269,6 +269,47 @@ fn split<K: Key>(low: u64, high: u64, exponent: u32, base: u32, finish: bool) ->
     (Split { start: low, shift, base }, ranges)
 }
 
+/// Each active label's split exponent (at most `2^exponent` children), the `label_budget`
+/// labels of the next pass shared out: two each, and the rest in proportion to the labels'
+/// `counts` — except that a label whose range (`ranges`, exact within the data's extremes)
+/// has no more bit patterns than its share gets a child per pattern (its keys are then
+/// counted, never copied, and its ranks answered) and leaves the rest of its share to the
+/// others. (In proportion alone, the labels of a few heavy values, such as Zipf-like keys'
+/// small integers, were split by 2^6–2^8 over ranges of 2^9–2^12 patterns, and took three
+/// more filters to reach single values: emulator, 2^20 keys.)
+fn split_exponents(ranges: &[(u64, u64)], counts: &[u64], label_budget: usize) -> Vec<u32> {
+    let mut spare = (label_budget - 2 * ranges.len().min(label_budget / 2)) as u128;
+    let mut kept: u128 = counts.iter().map(|&c| c as u128).sum();
+    let share = |spare: u128, kept: u128, count: u64| 2 + spare * count as u128 / kept.max(1);
+    let patterns = |(low, high): (u64, u64)| (high - low) as u128 + 1;
+    let mut whole = vec![false; ranges.len()];
+    // Taking a label whole frees part of its share, so the others' shares only grow: repeat
+    // until no more labels fit.
+    loop {
+        let mut took = false;
+        for (i, &range) in ranges.iter().enumerate() {
+            if !whole[i] && patterns(range) <= share(spare, kept, counts[i]) {
+                whole[i] = true;
+                took = true;
+                spare -= patterns(range) - 2;
+                kept -= counts[i] as u128;
+            }
+        }
+        if !took {
+            break;
+        }
+    }
+    ranges
+        .iter()
+        .enumerate()
+        .map(
+            |(i, &(low, high))| {
+                if whole[i] { bit_length(high - low) } else { share(spare, kept, counts[i]).ilog2() }
+            },
+        )
+        .collect()
+}
+
 /// A wanted rank on its way: its label in the last pass and its place among that label's
 /// keys, or its key.
 #[derive(Clone, Copy, Debug)]
@@ -920,13 +961,13 @@ impl<'a, K: SelectKey> BucketRun<'a, K> {
             };
             // Each active label's split (one child each to finish), over its exact range
             // within the data's extremes.
-            let spare = (label_budget - 2 * active.len().min(label_budget / 2)) as u64;
+            let ranges: Vec<(u64, u64)> =
+                active.iter().map(|&label| space.range_within(label, (smallest, largest))).collect();
+            let counts: Vec<u64> = active.iter().map(|&label| totals[label as usize]).collect();
+            let exponents = split_exponents(&ranges, &counts, label_budget);
             let mut slots = Vec::with_capacity(active.len());
             let mut next_space = LabelSpace::default();
-            for &label in &active {
-                let (low, high) = space.range_within(label, (smallest, largest));
-                let count = totals[label as usize];
-                let exponent = (2 + spare * count / kept.max(1)).ilog2();
+            for (&(low, high), &exponent) in ranges.iter().zip(&exponents) {
                 let base = next_space.labels() as u32;
                 let (split, children) = split::<K>(low, high, exponent, base, finish != Finish::No);
                 slots.push(split);
@@ -1249,6 +1290,41 @@ mod tests {
             .collect();
         check(&gpu, &halves);
         check(&gpu, &(0..999).map(|_| half::bf16::from_f64(next() as f64 / 1e9)).collect::<Vec<_>>());
+    }
+
+    /// The split exponents keep within the label budget, give a label whose patterns fit
+    /// its share a child per pattern, and otherwise share in proportion to the counts.
+    #[test]
+    fn split_exponents_take_narrow_labels_whole() {
+        let children = |ranges: &[(u64, u64)], exponents: &[u32]| -> u64 {
+            ranges
+                .iter()
+                .zip(exponents)
+                .map(|(&(low, high), &e)| split::<u64>(low, high, e, 0, false).1.len() as u64)
+                .sum()
+        };
+        // A heavy narrow label, a light narrow one, two wide ones.
+        let ranges = [(100, 131), (1 << 20, (1 << 20) + 511), (0, u32::MAX as u64), (1 << 40, (1 << 41) - 1)];
+        let counts = [5_000_000, 50_000, 1_000_000, 2_000_000];
+        let exponents = split_exponents(&ranges, &counts, 8192);
+        assert_eq!(exponents[0], bit_length(31), "the heavy narrow label is taken whole");
+        assert!(children(&ranges, &exponents) <= 8192, "{exponents:?}");
+        // The light narrow label's share (2 + 8184 · 50 000 / 8 050 000 ≈ 52) grows once
+        // the heavy one has left most of its share, but not to 512 patterns.
+        assert!(exponents[1] < bit_length(511));
+        // The wide ones share the rest in proportion: the larger count, the more children.
+        assert!(exponents[3] >= exponents[2]);
+        // Nothing fits: exactly the proportional shares.
+        let wide = [(0, u64::MAX / 2), (1 << 62, u64::MAX)];
+        assert_eq!(
+            split_exponents(&wide, &[3, 1], 64),
+            [(2 + 60 * 3 / 4u64).ilog2(), (2 + 60 / 4u64).ilog2()]
+        );
+        // Many narrow labels that all fit: every one whole, within the budget.
+        let narrow: Vec<(u64, u64)> = (0..100u64).map(|i| (i * 1000, i * 1000 + 15)).collect();
+        let exponents = split_exponents(&narrow, &[7; 100], 8192);
+        assert!(exponents.iter().all(|&e| e == 4));
+        assert!(children(&narrow, &exponents) <= 8192);
     }
 
     #[test]
