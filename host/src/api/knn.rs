@@ -279,14 +279,7 @@ impl<'a, T: VectorComponent> FlatIndex<'a, T> {
         if queries == 0 {
             return Err(Error::EmptyInput);
         }
-        if k == 0 || k > self.base.count {
-            return Err(Error::k_out_of_range(
-                k,
-                1,
-                self.base.count,
-                format!("the index holds {} vectors", self.base.count),
-            ));
-        }
+        check_k_within(k, self.base.count)?;
         let plan = self.gpu.plan_knn(queries, self.base.count, k, self.metric, false, self.precision)?;
         Ok(SearchPlan { gpu: self.gpu.clone(), dim: self.dim, plan })
     }
@@ -399,11 +392,7 @@ impl<'a, T: VectorComponent> FlatIndex<'a, T> {
         plan: &SearchPlan,
         run: impl FnOnce(&mut TopK<f32>, &DeviceBuffer<u8>) -> Result<()>,
     ) -> Result<Neighbours> {
-        let (len, bytes) = (plan.outputs(), plan.workspace_bytes());
-        let mut out =
-            TopK { values: self.gpu.alloc_uninit::<f32>(len)?, indices: self.gpu.alloc_uninit::<u64>(len)? };
-        run(&mut out, &self.gpu.alloc_uninit::<u8>(bytes.max(1))?)?;
-        Ok(Neighbours { distances: out.values, indices: out.indices })
+        with_outputs(&self.gpu, (plan.outputs(), plan.workspace_bytes()), run)
     }
 
     /// The engine's run of `plan` on `queries` into `out`.
@@ -483,6 +472,27 @@ impl<'a, T: VectorComponent> FlatIndex<'a, T> {
         check_planned_search(&self.gpu, planned, queries, out, workspace)?;
         self.run_core(plan, queries.set(), out, workspace)
     }
+}
+
+/// Runs `run` with outputs of `outputs` distances and indices and a workspace of
+/// `workspace_bytes` bytes taken from `gpu`'s pool: the convenient searches of every index.
+pub(super) fn with_outputs(
+    gpu: &Gpu,
+    (outputs, workspace_bytes): (usize, usize),
+    run: impl FnOnce(&mut TopK<f32>, &DeviceBuffer<u8>) -> Result<()>,
+) -> Result<Neighbours> {
+    let mut out =
+        TopK { values: gpu.alloc_uninit::<f32>(outputs)?, indices: gpu.alloc_uninit::<u64>(outputs)? };
+    run(&mut out, &gpu.alloc_uninit::<u8>(workspace_bytes.max(1))?)?;
+    Ok(Neighbours { distances: out.values, indices: out.indices })
+}
+
+/// Checks `1 ≤ k ≤ len` for an index of `len` vectors.
+pub(super) fn check_k_within(k: usize, len: usize) -> Result<()> {
+    if k == 0 || k > len {
+        return Err(Error::k_out_of_range(k, 1, len, format!("the index holds {len} vectors")));
+    }
+    Ok(())
 }
 
 /// The checks a planned search (of either index) makes of its queries, outputs and
@@ -755,14 +765,7 @@ impl<T: VectorComponent> MultiGpuIndex<T> {
     /// [`Error::EmptyInput`]; [`Error::KOutOfRange`] unless `1 ≤ k ≤ len()`.
     pub fn search(&self, queries: &[T], k: usize) -> Result<Neighbours> {
         let count = whole_vectors(queries.len(), self.dim)?;
-        if k == 0 || k > self.len {
-            return Err(Error::k_out_of_range(
-                k,
-                1,
-                self.len,
-                format!("the index holds {} vectors", self.len),
-            ));
-        }
+        check_k_within(k, self.len)?;
         let merger = &self.parts[0].gpu;
         match self.placement {
             Placement::Sharded => {

@@ -10,7 +10,9 @@ use crate::gpu::Gpu;
 use crate::results::{Neighbours, TopK, TopKOut};
 use crate::view::DeviceSliceMut;
 
-use super::knn::{VectorComponent, Vectors, check_planned_search, whole_vectors};
+use super::knn::{
+    VectorComponent, Vectors, check_k_within, check_planned_search, whole_vectors, with_outputs,
+};
 
 /// An exact (brute-force) k-NN index over base vectors the caller keeps in host memory:
 /// each search copies the base to the device chunk by chunk (at most
@@ -108,12 +110,9 @@ impl<'a, T: VectorComponent> StreamedIndex<'a, T> {
     /// chunks and the search's buffers do not fit the device.
     pub fn search(&self, queries: Vectors<'_, T>, k: usize) -> Result<Neighbours> {
         let plan = self.plan_search(queries.count, k)?;
-        let len = plan.outputs();
-        let mut out =
-            TopK { values: self.gpu.alloc_uninit::<f32>(len)?, indices: self.gpu.alloc_uninit::<u64>(len)? };
-        let workspace = self.gpu.alloc_uninit::<u8>(plan.workspace_bytes().max(1))?;
-        self.run_planned(&plan, &queries, &mut out, &workspace)?;
-        Ok(Neighbours { distances: out.values, indices: out.indices })
+        with_outputs(&self.gpu, (plan.outputs(), plan.workspace_bytes()), |out, workspace| {
+            self.run_planned(&plan, &queries, out, workspace)
+        })
     }
 
     /// Plans searches of `queries` vectors for their `k` nearest: the checks of
@@ -145,7 +144,7 @@ impl<'a, T: VectorComponent> StreamedIndex<'a, T> {
         if queries == 0 {
             return Err(Error::EmptyInput);
         }
-        self.check_k(k)?;
+        check_k_within(k, self.len)?;
         let plan = self.gpu.plan_knn_streamed::<T>(queries, (self.len, self.dim), k, self.metric)?;
         Ok(StreamedSearchPlan { gpu: self.gpu.clone(), metric: self.metric, plan })
     }
@@ -198,18 +197,6 @@ impl<'a, T: VectorComponent> StreamedIndex<'a, T> {
         let data = self.gpu.upload(queries)?;
         let found = self.search(Vectors::new(&data, count, self.dim)?, k)?;
         Ok((self.gpu.download(&found.distances)?, self.gpu.download(&found.indices)?))
-    }
-
-    fn check_k(&self, k: usize) -> Result<()> {
-        if k == 0 || k > self.len {
-            return Err(Error::k_out_of_range(
-                k,
-                1,
-                self.len,
-                format!("the index holds {} vectors", self.len),
-            ));
-        }
-        Ok(())
     }
 }
 
