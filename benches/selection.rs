@@ -897,8 +897,9 @@ fn bench_rows(
 /// Auto chooses between a warp's queue and a warp's radix selection), and 64 × 131 072
 /// (k = 50, 256 and 1024 largest).
 fn bench_all_rows(criterion: &mut Criterion, gpu: &Gpu, cases: &mut Vec<Case>) {
-    let shapes: [(usize, usize, &[usize], Order); 4] = [
+    let shapes: [(usize, usize, &[usize], Order); 5] = [
         (10_000, 1000, &[1, 32, 100, 256], Order::Smallest),
+        (100_000, 128, &[1, 10, 32], Order::Smallest),
         (10_000, 32_000, &[100, 1000], Order::Smallest),
         (10_000, 128_000, &[100, 1000], Order::Smallest),
         (64, 131_072, &[50, 256, 1024], Order::Largest),
@@ -1129,11 +1130,14 @@ fn bench_large_k(gpu: &Gpu, cases: &mut Vec<Case>) {
 
 /// The shapes of the rows sweep: rows × cols, from many short rows to a few very long ones,
 /// so that the rows cost model sees every kernel and split the library chooses.
-const SWEEP_SHAPES: [(usize, usize); 20] = [
+const SWEEP_SHAPES: [(usize, usize); 23] = [
     (100_000, 128),
     (100_000, 512),
     (10_000, 256),
     (10_000, 1000),
+    (10_000, 128),
+    (100_000, 256),
+    (100_000, 1000),
     (10_000, 2048),
     (10_000, 4096),
     (10_000, 16_384),
@@ -1193,21 +1197,25 @@ fn sweep_rows<K: SelectKey>(
 /// The rows sweep (section `rows-sweep`, never on by default): every shape of
 /// [`SWEEP_SHAPES`] (f32) and [`SWEEP_SHAPES_64`] (f64) at every `k`, with whatever kernel
 /// `GPU_SELECT_ROWS_ALGORITHM` forces, written to `rows-sweep-<algorithm>.csv` in the
-/// results folder. The rows cost model is fitted to it (`host/src/topk/rows_cost.rs`).
+/// results folder. The rows cost model is fitted to it (`host/src/engine/rows_cost.rs`).
+/// `GPU_SELECT_SWEEP_MAX_COLS` keeps the shapes of at most that many columns (the warp
+/// kernels' short rows take seconds; the whole sweep minutes).
 fn rows_sweep(gpu: &Gpu) {
+    let max_cols = std::env::var("GPU_SELECT_SWEEP_MAX_COLS")
+        .map_or(usize::MAX, |cols| cols.parse().expect("GPU_SELECT_SWEEP_MAX_COLS is a number of columns"));
     let algorithm = std::env::var("GPU_SELECT_ROWS_ALGORITHM").unwrap_or_else(|_| "auto".to_string());
     let dir = results_dir();
     std::fs::create_dir_all(&dir).expect("cannot create the results folder");
     let path = dir.join(format!("rows-sweep-{algorithm}.csv"));
     let mut csv = String::from("key,rows,cols,k,algorithm,ms,floor_ms,predicted_ms\n");
-    for (rows, cols) in SWEEP_SHAPES {
+    for (rows, cols) in SWEEP_SHAPES.into_iter().filter(|&(_, cols)| cols <= max_cols) {
         let matrix = gpu.upload(&uniform_f32(rows * cols, cols as u64)).unwrap();
         let floor_ms = read_floor(gpu, &matrix);
         sweep_rows(gpu, &matrix, (rows, cols), floor_ms, &mut csv);
         // Written shape by shape, so that a run cut short keeps what it measured.
         std::fs::write(&path, &csv).expect("cannot write the sweep");
     }
-    for (rows, cols) in SWEEP_SHAPES_64 {
+    for (rows, cols) in SWEEP_SHAPES_64.into_iter().filter(|&(_, cols)| cols <= max_cols) {
         let matrix = gpu.upload(&uniform_f64(rows * cols, cols as u64)).unwrap();
         // The floor of the same bytes, read as twice as many f32 words.
         let words = gpu.upload(&uniform_f32(2 * rows * cols, 1)).unwrap();

@@ -472,9 +472,10 @@ fn radix_rows_whose_sample_misleads() {
 }
 
 /// Radix selection with a warp per row (rows of at most 1024 keys, `k ≤ 256`): every sort
-/// size (`k` = 32·R and one more), k = 1 and k = cols, rows of one key and of exactly 1024,
-/// rows whose length is no multiple of 32; the batch's all-equal and two-valued rows take
-/// the ordered ties, its sorted and few-distinct rows several passes.
+/// size (`k` = 32·R and one more), k = 1 (the warp's minimum) and k = cols, rows of one key,
+/// rows at both sides of each kernel's length (128, 256, 512, 1024 keys), rows whose length is
+/// no multiple of 32; the batch's all-equal and two-valued rows take the ordered ties (and
+/// at k = 1 the lowest column of the best), its sorted and few-distinct rows several passes.
 fn warp_radix_shapes(gpu: &Gpu) -> Vec<(usize, usize, usize)> {
     let mut shapes = vec![
         (8, 1024, 256),
@@ -486,9 +487,24 @@ fn warp_radix_shapes(gpu: &Gpu) -> Vec<(usize, usize, usize)> {
         (8, 1, 1),
         (8, 200, 32),
         (8, 700, 65),
+        (8, 128, 1),
+        (8, 128, 128),
+        (8, 129, 8),
+        (8, 256, 100),
+        (8, 257, 1),
+        (8, 512, 256),
+        (8, 513, 33),
     ];
     if !common::on_emulator(gpu) {
-        shapes.extend([(10_000, 1000, 100), (4500, 1024, 256), (5000, 17, 3), (3000, 999, 128)]);
+        shapes.extend([
+            (10_000, 1000, 100),
+            (4500, 1024, 256),
+            (5000, 17, 3),
+            (3000, 999, 128),
+            (100_000, 128, 8),
+            (10_000, 256, 1),
+            (4000, 500, 50),
+        ]);
     }
     shapes
 }
@@ -526,16 +542,70 @@ fn warp_radix_rows_bf16() {
     check_radix::<half::bf16>(warp_radix_shapes);
 }
 
-/// A warp's radix selection over ragged rows of at most 1024 keys: empty rows, rows shorter
-/// than k (padded), rows that start anywhere.
+/// A warp's radix selection over ragged rows of at most 1024, 256 and 128 keys (each its own
+/// kernel): empty rows, rows shorter than k (padded), rows that start anywhere.
 #[test]
 fn warp_radix_ragged_rows() {
     let gpu = common::gpu();
     let lens = [0, 1, 31, 1024, 0, 257, 1000, 64, 3, 512, 1023, 33];
+    // The kernels for rows of at most 128 and 256 keys.
+    let short = [0, 1, 31, 128, 0, 100, 64, 3, 127, 33];
+    let shorter = [0, 200, 256, 3, 129, 0, 255];
     for order in [Order::Smallest, Order::Largest] {
         for k in [1, 40, 256] {
-            check_ragged_with::<f32>(&gpu, &lens, k, order, Algorithm::RadixSelect);
-            check_ragged_with::<i64>(&gpu, &lens, k, order, Algorithm::RadixSelect);
+            for lens in [&lens[..], &short, &shorter] {
+                check_ragged_with::<f32>(&gpu, lens, k, order, Algorithm::RadixSelect);
+                check_ragged_with::<i64>(&gpu, lens, k, order, Algorithm::RadixSelect);
+            }
+        }
+    }
+}
+
+/// The caller's indices, some of them [`PADDING_INDEX`]: those keys take no part, in the
+/// queues and in a warp's radix selection alike (rows of each warp kernel's length, the
+/// best keys of every row marked, and a row with fewer keys taking part than `k`, padded);
+/// the other keys report the caller's index.
+#[test]
+fn keys_marked_by_the_padding_index_take_no_part() {
+    let gpu = common::gpu();
+    for (rows, cols) in [(8usize, 100usize), (8, 256), (8, 500), (8, 1000)] {
+        let data = batch::<f32>(rows, cols, cols as u64);
+        // Every third key of each row, and the whole of row 5 but for 3 keys, take no part.
+        let marked = |r: usize, c: usize| c % 3 == 1 || (r == 5 && c >= 3);
+        let ids: Vec<u64> = (0..rows * cols)
+            .map(|i| if marked(i / cols, i % cols) { PADDING_INDEX } else { 10 * i as u64 + 7 })
+            .collect();
+        let (keys, device_ids) = (gpu.upload(&data).unwrap(), gpu.upload(&ids).unwrap());
+        for (k, order, algorithm) in [
+            (1, Order::Largest, Algorithm::RadixSelect),
+            (10, Order::Smallest, Algorithm::RadixSelect),
+            (100, Order::Largest, Algorithm::RadixSelect),
+            (10, Order::Largest, Algorithm::WarpSelect),
+        ] {
+            let top = gpu
+                .top_k(
+                    Keys::rows(&keys, rows, cols).with_indices(&device_ids),
+                    k,
+                    &TopKOptions::new(order).with_algorithm(algorithm),
+                )
+                .unwrap();
+            let (values, indices) = (gpu.download(&top.values).unwrap(), gpu.download(&top.indices).unwrap());
+            for r in 0..rows {
+                let taking_part: Vec<(usize, f32)> =
+                    (0..cols).filter(|&c| !marked(r, c)).map(|c| (c, data[r * cols + c])).collect();
+                let row: Vec<f32> = taking_part.iter().map(|p| p.1).collect();
+                let want: Vec<(u64, u64)> = expected_row(&row, k, order)
+                    .into_iter()
+                    .map(|(key, i)| {
+                        let id =
+                            if i == PADDING_INDEX { i } else { ids[r * cols + taking_part[i as usize].0] };
+                        (key, id)
+                    })
+                    .collect();
+                let got: Vec<(u64, u64)> =
+                    (r * k..(r + 1) * k).map(|i| (values[i].exact(), indices[i])).collect();
+                assert_eq!(got, want, "{rows}×{cols} k={k} {order:?} {algorithm:?}, row {r}");
+            }
         }
     }
 }

@@ -2,6 +2,10 @@
 """Fits the rows cost model (host/src/topk/rows_cost.rs) to a rows sweep.
 
 Usage: python3 docs/results/fit_rows_cost.py QUEUES.csv RADIX.csv [PEAK_BYTES_PER_S]
+(the committed fit: raw/2026-11-26-h200-run196-237-rows-sweep-{warp,radix}-select.csv 4.8e12;
+rows_cost.rs keeps run 196's queue constants and takes WARP_PER_ROW_UNIT fitted alone with
+them held, 0.00012: the full refit printed here moved four of run 196's choices to slower
+kernels)
 (the peak bandwidth the driver reports, 3.35e12 for an H100 SXM by default; the CSVs `cargo xtask bench` writes with GPU_SELECT_BENCH_SECTIONS=rows-sweep and
 GPU_SELECT_ROWS_ALGORITHM=warp-select / radix-select; run 41: raw/2026-11-23-h100-run41a-
 rows-sweep-warp-select.csv and raw/2026-11-23-h100-run41b-rows-sweep-radix-select.csv).
@@ -94,7 +98,8 @@ def waves(units, per_sm):
 
 
 QUEUE_TERMS = ["FIXED_MS", "PER_KILO_KEY", "PER_KILO_INSERT", "PER_KILO_MERGE", "BLOCK_MERGE",
-               "SPLIT_FIXED_MS", "SPLIT_PER_KILO_KEY", "SPLIT_PER_KILO_INSERT", "PER_KILO_KEY_K1", "PER_KILO_KEY_64"]
+               "SPLIT_FIXED_MS", "SPLIT_PER_KILO_KEY", "SPLIT_PER_KILO_INSERT", "PER_KILO_KEY_K1", "PER_KILO_KEY_64",
+               "WARP_PER_ROW_UNIT"]
 
 
 def queue_terms(key_bytes, rows, cols, k):
@@ -127,6 +132,9 @@ def queue_terms(key_bytes, rows, cols, k):
 
     warp_per_row, parts = queue_plan(rows, cols, k)
     if warp_per_row:
+        # A warp per row: its set-up and final write, whatever the row's length (what short
+        # rows mostly cost).
+        f[10] += waves(rows, 4)
         warp_work(waves(rows, 4), cols, "first")
     else:
         wv = waves(rows * parts, 1)
@@ -140,6 +148,7 @@ def queue_terms(key_bytes, rows, cols, k):
 
 
 RADIX_TERMS = ["WARP_FIXED_MS", "WARP_PER_UNIT", "WARP_PER_KILO_KEY", "WARP_PER_KILO_K", "WARP_PER_SORT",
+               "WARP_PER_UNIT_K1", "WARP_PER_KILO_KEY_K1",
                "BLOCK_FIXED_MS", "BLOCK_PER_UNIT", "BLOCK_PER_KILO_KEY_ONE_READ",
                "BLOCK_PER_KILO_KEY_TWO_READS", "BLOCK_PER_KILO_K", "MERGE_FIXED_MS", "MERGE_PER_KILO_CANDIDATE",
                "BLOCK_PER_KILO_KEY_64"]
@@ -150,18 +159,24 @@ def radix_terms(key_bytes, rows, cols, k):
     f = [0.0] * len(RADIX_TERMS)
     plan = radix_plan(rows, cols, k, key_bytes)
     if plan is None:
+        # The warp kernel for the row length (rows.rs's warp_radix_row_length): its lanes
+        # loop over length / 32 registers whatever the row holds.
+        length = next(length for length in (128, 256, 512, 1024) if cols <= length)
         wv = waves(rows, 4)
-        f[0:5] = [1, wv, wv * cols * width / 1000, wv * k / 1000, wv * sort_work(k)]
+        if k == 1:
+            f[0], f[5], f[6] = 1, wv, wv * length * width / 1000
+        else:
+            f[0:5] = [1, wv, wv * length * width / 1000, wv * k / 1000, wv * sort_work(k)]
         return f, 1
     parts, one_read = plan
     wv = waves(rows * parts, 2)
-    f[5], f[6] = 1, wv
+    f[7], f[8] = 1, wv
     # 64-bit keys narrow from the row pass after pass (no pool): a term of their own.
-    f[12 if key_bytes == 8 else 7 if one_read else 8] = wv * (cols // parts) * width / 1000
-    f[9] = wv * k / 1000
+    f[14 if key_bytes == 8 else 9 if one_read else 10] = wv * (cols // parts) * width / 1000
+    f[11] = wv * k / 1000
     if parts > 1:
-        f[10] = 1
-        f[11] = waves(rows * -(-(parts * k) // 1024), 4) * parts * k / 1000
+        f[12] = 1
+        f[13] = waves(rows * -(-(parts * k) // 1024), 4) * parts * k / 1000
     return f, 1 if one_read else 2
 
 

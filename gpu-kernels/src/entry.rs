@@ -48,7 +48,10 @@ use crate::topk::rows::{
 };
 use crate::topk::rows_merge::merge_rows;
 use crate::topk::rows_radix::select_rows_radix;
-use crate::topk::rows_warp_radix::select_rows_warp_radix;
+use crate::topk::rows_warp_radix::{
+    select_rows_warp_radix, select_rows_warp_radix_128, select_rows_warp_radix_256,
+    select_rows_warp_radix_512,
+};
 use crate::topk::sbp::{SbpParams, partition as sbp_partition_body, tree as sbp_tree_body};
 use crate::topk::sort_choose::{
     SortChooseParams, count as sort_choose_count_body, scan as sort_choose_scan_body,
@@ -167,6 +170,12 @@ pub trait KernelKey: Key {
     const ROWS_Q64: KernelId<RowsParams<Self>>;
     /// Batched top-k by radix selection, a block per row, k ≤ 2048.
     const ROWS_RADIX: KernelId<RowsParams<Self>>;
+    /// Batched top-k by radix selection, a warp per row of at most 128 keys, k ≤ 256.
+    const ROWS_WARP_RADIX_128: KernelId<RowsParams<Self>>;
+    /// Batched top-k by radix selection, a warp per row of at most 256 keys, k ≤ 256.
+    const ROWS_WARP_RADIX_256: KernelId<RowsParams<Self>>;
+    /// Batched top-k by radix selection, a warp per row of at most 512 keys, k ≤ 256.
+    const ROWS_WARP_RADIX_512: KernelId<RowsParams<Self>>;
     /// Batched top-k by radix selection, a warp per row of at most 1024 keys, k ≤ 256.
     const ROWS_WARP_RADIX: KernelId<RowsParams<Self>>;
     /// The `k` best of each row's sorted runs of `k`, by co-ranking: a split row's second
@@ -203,6 +212,9 @@ crate::__kernel_table! {
         ROWS_Q32 = top_k_rows_q32(RowsParams) => select_rows_q32;
         ROWS_Q64 = top_k_rows_q64(RowsParams) => select_rows_q64;
         ROWS_RADIX = top_k_rows_radix(RowsParams) => select_rows_radix;
+        ROWS_WARP_RADIX_128 = top_k_rows_warp_radix128(RowsParams) => select_rows_warp_radix_128;
+        ROWS_WARP_RADIX_256 = top_k_rows_warp_radix256(RowsParams) => select_rows_warp_radix_256;
+        ROWS_WARP_RADIX_512 = top_k_rows_warp_radix512(RowsParams) => select_rows_warp_radix_512;
         ROWS_WARP_RADIX = top_k_rows_warp_radix(RowsParams) => select_rows_warp_radix;
         ROWS_MERGE = top_k_rows_merge(RowsParams) => merge_rows;
         SBP_PARTITION = sbp_partition(SbpParams) => sbp_partition_body;

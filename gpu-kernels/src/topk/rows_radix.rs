@@ -332,7 +332,7 @@ impl<B: OrderedBits> Narrowed<B> {
 /// What a key's ordered bits are XOR-ed with to give its rank: for "largest" its own bits
 /// (not the padding below them, which stays zero in every rank), else nothing.
 #[inline(always)]
-fn order_flip<K: Key>(largest: bool) -> K::Bits {
+pub(crate) fn order_flip<K: Key>(largest: bool) -> K::Bits {
     if largest { K::Bits::from_u64(u64::MAX << rank_padding_bits::<K>()) } else { K::Bits::MIN }
 }
 

@@ -27,7 +27,7 @@ use gpu_select_kernels::topk::rows_radix::{
     MAX_RADIX_ROWS_K, POOL, RADIX_ROWS_THREADS, RadixRowsLayout, sample_bound,
 };
 use gpu_select_kernels::topk::rows_warp_radix::{
-    WARP_RADIX_MAX_K, WARP_RADIX_MAX_LEN, WARP_RADIX_THREADS, WarpRadixLayout,
+    WARP_RADIX_MAX_K, WARP_RADIX_MAX_LEN, WARP_RADIX_ROW_LENGTHS, WARP_RADIX_THREADS, WarpRadixLayout,
 };
 use gpu_select_kernels::warp::select::{MAX_QUEUE_K, queue_registers};
 
@@ -605,7 +605,7 @@ fn plan(
         return RowsPlan::Queues { warp_per_row, parts };
     }
     if warp_radix_fits(rows.max_len, k) {
-        return RowsPlan::WarpRadix;
+        return RowsPlan::WarpRadix { row_length: warp_radix_row_length(rows.max_len) };
     }
     let parts = radix_blocks_per_row(rows, k, key_bytes, multiprocessors, tuning);
     let one_read = read_once(rows.mean_len / parts, k, key_bytes);
@@ -638,8 +638,14 @@ struct RowsKernel<K> {
 /// ([`warp_radix_fits`]), else a block per row (or part).
 fn radix_kernel<K: SelectKey>(max_len: u64, k: u32) -> RowsKernel<K> {
     if warp_radix_fits(max_len, k) {
+        let id = match warp_radix_row_length(max_len) {
+            128 => K::ROWS_WARP_RADIX_128,
+            256 => K::ROWS_WARP_RADIX_256,
+            512 => K::ROWS_WARP_RADIX_512,
+            _ => K::ROWS_WARP_RADIX,
+        };
         RowsKernel {
-            id: K::ROWS_WARP_RADIX,
+            id,
             block_threads: WARP_RADIX_THREADS,
             shared_bytes: WarpRadixLayout::<K::Bits>::new().bytes,
             rows_per_block: (WARP_RADIX_THREADS / 32) as u64,
@@ -806,6 +812,13 @@ fn warp_radix_fits(max_len: u64, k: u32) -> bool {
     max_len <= WARP_RADIX_MAX_LEN && k <= WARP_RADIX_MAX_K
 }
 
+/// The row length of the warp kernel that takes rows of `max_len ≤` [`WARP_RADIX_MAX_LEN`]
+/// keys: the shortest of [`WARP_RADIX_ROW_LENGTHS`] that holds them (its lanes loop over
+/// `length / 32` registers, so a shorter kernel runs fewer instructions and more warps).
+fn warp_radix_row_length(max_len: u64) -> u64 {
+    WARP_RADIX_ROW_LENGTHS.into_iter().find(|&length| max_len <= length).unwrap_or(WARP_RADIX_MAX_LEN)
+}
+
 /// The kernel for `k` (its queue of `32·Q`) and its shared memory.
 fn rows_kernel<K: SelectKey>(k: u32) -> (KernelId<RowsParams<K>>, usize) {
     let q = queue_registers(k);
@@ -881,19 +894,19 @@ mod tests {
             .collect()
     }
 
-    /// The cost model against the sweep it was fitted to (H200 run 196, both kernels in one
-    /// call): its predictions' error, and what its choice costs against the faster kernel
-    /// measured. (The model fitted to H100 run 41, before run 192's 16-byte reads, cost
-    /// 2.3 % on average and 70 % at worst on this sweep.)
+    /// The cost model against the sweep it was fitted to (H200, both kernels in one call:
+    /// run 196's rows longer than 1024 keys, run 237's short rows, which the per-length warp
+    /// radix kernels took): its predictions' error, and what its choice costs against the
+    /// faster kernel measured.
     #[test]
     fn the_cost_model_reproduces_the_sweep() {
         let queues = sweep(include_str!(
-            "../../../docs/results/raw/2026-11-26-h200-run196-rows-sweep-warp-select.csv"
+            "../../../docs/results/raw/2026-11-26-h200-run196-237-rows-sweep-warp-select.csv"
         ));
         let radix = sweep(include_str!(
-            "../../../docs/results/raw/2026-11-26-h200-run196-rows-sweep-radix-select.csv"
+            "../../../docs/results/raw/2026-11-26-h200-run196-237-rows-sweep-radix-select.csv"
         ));
-        assert_eq!(queues.len(), 187);
+        assert_eq!(queues.len(), 202);
         let (mut queue_error, mut radix_error, mut choice_cost, mut worst_choice) = (0.0, 0.0, 0.0, 0.0f64);
         for (&(key_bytes, count, cols, k), &queue_ms) in &queues {
             let radix_ms = radix[&(key_bytes, count, cols, k)];
@@ -916,11 +929,13 @@ mod tests {
             "rms error: queues {queue_rms:.3}, radix {radix_rms:.3}; Auto's cost: mean {:.3}, worst {worst_choice:.3}",
             choice_cost / cases
         );
-        // The fit: queues 0.278, radix 0.168 (rms); its choice 1.4 % on average, 33.5 % at worst.
+        // The fit: queues 0.280, radix 0.162 (rms); its choice 1.7 % on average, 64.7 % at
+        // worst (10 000 × 1000 at k = 8: the queues' 0.097 ms where the warp radix kernel
+        // takes 0.059; the queues' model under-predicts them there, 0.061).
         assert!(queue_rms < 0.29, "queues predicted within {queue_rms:.3} (rms)");
-        assert!(radix_rms < 0.18, "radix predicted within {radix_rms:.3} (rms)");
+        assert!(radix_rms < 0.17, "radix predicted within {radix_rms:.3} (rms)");
         assert!(choice_cost / cases < 0.02, "Auto costs {:.3} on average", choice_cost / cases);
-        assert!(worst_choice < 0.35, "Auto costs {worst_choice:.3} at worst");
+        assert!(worst_choice < 0.66, "Auto costs {worst_choice:.3} at worst");
     }
 
     #[test]

@@ -11,16 +11,21 @@
 //! unit is the fitted GPU's (an H200, 132 multiprocessors).
 //!
 //! The constants are a least-squares fit (relative error) to `cargo xtask bench` with
-//! `GPU_SELECT_BENCH_SECTIONS=rows-sweep` on an H200 (run 196, docs/results/raw/
-//! `2026-11-26-h200-run196-rows-sweep-warp-select.csv` for the queues,
-//! `…run196-rows-sweep-radix-select.csv` for radix selection, one call): 187 shapes, 1 to
-//! 100 000 rows of 128 to 4 194 304 keys, `k` from 1 to 2048, f32 and f64, each kernel
-//! forced. The fit predicts the radix kernels within 17 % (root mean square) and the queues
-//! within 28 %; its choice costs 1.4 % on average against the faster of the two measured
-//! kernels, 34 % at worst (`rows.rs`'s tests check both against the measurements). The fit
-//! before, to an H100 sweep of the kernels before run 192's 16-byte reads (run 41), cost
-//! 2.3 % on average and 70 % at worst on run 196's sweep.
-//! `docs/results/fit_rows_cost.py` redoes the fit.
+//! `GPU_SELECT_BENCH_SECTIONS=rows-sweep` on an H200, each kernel forced, both in one call:
+//! run 196 for rows longer than 1024 keys and run 237 for the shorter ones (which the warp
+//! radix kernels per row length took), docs/results/raw/
+//! `2026-11-26-h200-run196-237-rows-sweep-warp-select.csv` for the queues and
+//! `…-radix-select.csv` for radix selection: 202 shapes, 1 to 100 000 rows of 128 to
+//! 4 194 304 keys, `k` from 1 to 2048, f32 and f64. The queues' constants are run 196's
+//! fit, with a term per warp that takes a row of its own fitted alone to the merged sweep
+//! (refitting them all moved four of run 196's choices to slower kernels, 10–34 %). The
+//! fit predicts the radix kernels within 16 % (root mean square) and the queues within 29 %;
+//! its choice costs 1.6 % on average against the faster of the two measured kernels, 65 %
+//! at worst (10 000 × 1000 at `k = 8`, where the queues' model under-predicts them)
+//! (`rows.rs`'s tests check both against the measurements). Against the model before (the
+//! single warp kernel for rows up to 1024 keys), it moves 9 shapes of the sweep from the
+//! queues to the warp radix kernels: 8 of them 1.3–2.2× faster, f64 10 000 × 1000 at `k = 1`
+//! 10 % slower (0.0505 → 0.0557 ms). `docs/results/fit_rows_cost.py` redoes the fit.
 
 use super::cost::Device;
 
@@ -31,8 +36,9 @@ pub(crate) enum RowsPlan {
     /// WarpSelect queues: a warp per row (four rows a block), or a block of four warps per
     /// row, or `parts` blocks per row and a merge pass.
     Queues { warp_per_row: bool, parts: u64 },
-    /// Radix selection, a warp per row in registers (rows of at most 1024 keys).
-    WarpRadix,
+    /// Radix selection, a warp per row in registers: the kernel for rows of at most
+    /// `row_length` keys (128, 256, 512 or 1024).
+    WarpRadix { row_length: u64 },
     /// Radix selection, a block per row or per part of one (`parts`), then the parts'
     /// merge; `one_read` when the sample bounds the `k`-th best before the read.
     BlockRadix { parts: u64, one_read: bool },
@@ -43,7 +49,7 @@ impl RowsPlan {
     pub(crate) fn parts(self) -> u64 {
         match self {
             RowsPlan::Queues { parts, .. } | RowsPlan::BlockRadix { parts, .. } => parts,
-            RowsPlan::WarpRadix => 1,
+            RowsPlan::WarpRadix { .. } => 1,
         }
     }
 }
@@ -82,18 +88,24 @@ mod queues {
     pub(crate) const SPLIT_FIXED_MS: f64 = 0.006_452;
     pub(crate) const SPLIT_PER_KILO_KEY: f64 = 0.008_244;
     pub(crate) const SPLIT_PER_KILO_INSERT: f64 = 0.000_167_3;
+    /// Per warp that takes a row of its own: its set-up and final write, whatever the row's
+    /// length (what short rows mostly cost; fitted alone, the other constants held).
+    pub(crate) const WARP_PER_ROW_UNIT: f64 = 0.000_120;
     /// Blocks of the queue kernel per multiprocessor at full speed.
     pub(crate) const BLOCKS_PER_SM: f64 = 1.0;
 }
 
 /// Fitted per-unit work of the radix kernels (ms per wave on the fitted GPU).
 mod radix {
-    /// A warp per row: launch, per warp, per 1000 keys, per 1000 of `k`, per sort unit.
-    pub(crate) const WARP_FIXED_MS: f64 = 0.007_658;
-    pub(crate) const WARP_PER_UNIT: f64 = 0.001_029;
-    pub(crate) const WARP_PER_KILO_KEY: f64 = 0.002_612;
-    pub(crate) const WARP_PER_KILO_K: f64 = 0.009_232;
-    pub(crate) const WARP_PER_SORT: f64 = 0.000_062_89;
+    /// A warp per row: launch, per warp, per 1000 keys of its kernel's row length, per 1000
+    /// of `k`, per sort unit; with `k = 1` (the warp's minimum) per warp and per 1000 keys.
+    pub(crate) const WARP_FIXED_MS: f64 = 0.007_036;
+    pub(crate) const WARP_PER_UNIT: f64 = 0.0;
+    pub(crate) const WARP_PER_KILO_KEY: f64 = 0.002_811;
+    pub(crate) const WARP_PER_KILO_K: f64 = 0.005_617;
+    pub(crate) const WARP_PER_SORT: f64 = 0.000_239_8;
+    pub(crate) const WARP_PER_UNIT_K1: f64 = 0.000_097_72;
+    pub(crate) const WARP_PER_KILO_KEY_K1: f64 = 0.001_027;
     /// Warps of the warp kernel per multiprocessor at full speed.
     pub(crate) const WARPS_PER_SM: f64 = 4.0;
     /// A block per row or part: launch, per block, per 1000 keys read once (the sample's
@@ -150,12 +162,19 @@ pub(crate) fn predict_ms(plan: RowsPlan, shape: RowsShape, device: Device) -> f6
     let width = super::rank_bytes(key_bytes) as f64 / 4.0;
     let (compute_ms, reads) = match plan {
         RowsPlan::Queues { warp_per_row, parts } => (queues_ms(warp_per_row, parts, shape, device), 1.0),
-        RowsPlan::WarpRadix => {
+        RowsPlan::WarpRadix { row_length } => {
+            // The lanes loop over the kernel's `row_length / 32` registers, whatever the
+            // row holds.
             let warp_waves = waves(rows, radix::WARPS_PER_SM, device);
-            let per_warp = radix::WARP_PER_UNIT
-                + radix::WARP_PER_KILO_KEY * len * width / 1000.0
-                + radix::WARP_PER_KILO_K * kf / 1000.0
-                + radix::WARP_PER_SORT * sort_work(k);
+            let keys = row_length as f64 * width / 1000.0;
+            let per_warp = if k == 1 {
+                radix::WARP_PER_UNIT_K1 + radix::WARP_PER_KILO_KEY_K1 * keys
+            } else {
+                radix::WARP_PER_UNIT
+                    + radix::WARP_PER_KILO_KEY * keys
+                    + radix::WARP_PER_KILO_K * kf / 1000.0
+                    + radix::WARP_PER_SORT * sort_work(k)
+            };
             (radix::WARP_FIXED_MS + warp_waves * per_warp, 1.0)
         }
         RowsPlan::BlockRadix { parts, one_read } => {
@@ -228,7 +247,7 @@ fn queues_ms(warp_per_row: bool, parts: u64, shape: RowsShape, device: Device) -
     let blocks_per_sm = queues::BLOCKS_PER_SM;
     let mut ms = queues::FIXED_MS;
     if warp_per_row {
-        ms += waves(rows, 4.0 * blocks_per_sm, device) * warp_work(len);
+        ms += waves(rows, 4.0 * blocks_per_sm, device) * (queues::WARP_PER_ROW_UNIT + warp_work(len));
     } else {
         let parts = parts as f64;
         ms += waves(rows * parts, blocks_per_sm, device) * (warp_work(len / (4.0 * parts)) + block_merge);
