@@ -83,9 +83,13 @@ impl<'a, K: SelectKey> Keys<'a, K> {
     }
 
     /// The caller's index of every key (as many as the keys, laid out alike): the results
-    /// report these instead of positions. For rows with `k ≤ 2048`, an index equal to
-    /// [`PADDING_INDEX`](crate::PADDING_INDEX) marks a key that takes no part (beyond,
-    /// every key takes part and reports its index).
+    /// report these instead of positions. For rows with `k ≤ 2048` taken by the queues
+    /// ([`Algorithm::WarpSelect`](crate::Algorithm::WarpSelect)) or by radix selection with
+    /// a warp per row (rows of at most 1024 keys, `k ≤ 256`), an index equal to
+    /// [`PADDING_INDEX`](crate::PADDING_INDEX) marks a key that takes no part. Radix
+    /// selection with a block per row (longer rows, or `k > 256`) and `k` beyond 2048 let
+    /// every key take part and report its index: there, force `Algorithm::WarpSelect` to
+    /// leave keys out.
     pub fn with_indices(self, indices: impl Into<DeviceSlice<'a, u64>>) -> Self {
         Keys { indices: Some(indices.into()), ..self }
     }
