@@ -542,6 +542,22 @@ fn warp_radix_rows_bf16() {
     check_radix::<half::bf16>(warp_radix_shapes);
 }
 
+/// `k = 1` (the warp's minimum) on rows whose best key has the largest rank there is: every
+/// key `u64::MAX` (or `i64::MAX`) for the smallest, every key 0 (`i64::MIN`) for the
+/// largest; rows of one key and of each kernel's length.
+#[test]
+fn the_best_of_rows_of_extreme_keys() {
+    let gpu = common::gpu();
+    for cols in [1, 100, 256, 1000] {
+        for (order, unsigned, signed) in
+            [(Order::Smallest, u64::MAX, i64::MAX), (Order::Largest, 0, i64::MIN)]
+        {
+            check_data::<u64>(&gpu, &vec![unsigned; 3 * cols], 3, cols, 1, order, Algorithm::RadixSelect);
+            check_data::<i64>(&gpu, &vec![signed; 3 * cols], 3, cols, 1, order, Algorithm::RadixSelect);
+        }
+    }
+}
+
 /// A warp's radix selection over ragged rows of at most 1024, 256 and 128 keys (each its own
 /// kernel): empty rows, rows shorter than k (padded), rows that start anywhere.
 #[test]

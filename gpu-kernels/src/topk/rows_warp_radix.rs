@@ -338,15 +338,20 @@ unsafe fn write_best<K: Key, const ITEMS: usize>(
     (row_index, row_start): (u64, u64),
 ) {
     let lane = device::lane_id();
-    let (mut best, mut column) = (u64::MAX, u32::MAX);
-    // Columns rise with `i`, so the strict `<` keeps a lane's first of equal ranks.
+    let (mut best, mut column) = (u64::MAX, None);
+    // Columns rise with `i`, so the strict `<` keeps a lane's first of equal ranks. (A rank
+    // may be u64::MAX itself: the first key a lane holds is its best so far whatever it is.)
     row.for_each(|i, rank| {
-        if rank.to_u64() < best {
-            (best, column) = (rank.to_u64(), i as u32 * 32 + lane);
+        if column.is_none() || rank.to_u64() < best {
+            (best, column) = (rank.to_u64(), Some(i as u32 * 32 + lane));
         }
     });
     let least = unsafe { warp::reduce_min_u64(best) };
-    let column = unsafe { warp::reduce_min_u64(if best == least { column as u64 } else { u64::MAX }) };
+    let column = match column {
+        Some(column) if best == least => column as u64,
+        _ => u64::MAX, // no key here, or none as good as the row's best
+    };
+    let column = unsafe { warp::reduce_min_u64(column) };
     if lane == 0 {
         unsafe { write_result(params, row_index, (row_start, Some(column as u32)), 0) };
     }
