@@ -894,8 +894,9 @@ fn bench_rows(
 
 /// The batched shapes of design.md §5 and the issue: 10 000 rows of 1 000 / 32 000 /
 /// 128 000 keys (k = 100 and 1000 smallest; on rows of 1 000 also k = 1, 32 and 256, where
-/// Auto chooses between a warp's queue and a warp's radix selection), and 64 × 131 072
-/// (k = 50, 256 and 1024 largest).
+/// Auto chooses between a warp's queue and a warp's radix selection), 100 000 × 128 (k = 1,
+/// 10 and 32 smallest: short rows, issue "Half-precision keys …"), and 64 × 131 072 (k = 50,
+/// 256 and 1024 largest).
 fn bench_all_rows(criterion: &mut Criterion, gpu: &Gpu, cases: &mut Vec<Case>) {
     let shapes: [(usize, usize, &[usize], Order); 5] = [
         (10_000, 1000, &[1, 32, 100, 256], Order::Smallest),
