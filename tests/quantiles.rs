@@ -5,7 +5,8 @@ mod common;
 
 use common::{DISTRIBUTIONS, Distribution, SplitMix, TestKey, generate, gpu, on_emulator};
 use gpu_select::{
-    Error, Gpu, MultiselectAlgorithm, NanPolicy, OrderedBits, QuantileMethod, QuantileOptions, reference,
+    Error, Gpu, MultiselectAlgorithm, NanPolicy, OrderedBits, QuantileMethod, QuantileOptions, Tuning,
+    reference,
 };
 
 const ALGORITHMS: [MultiselectAlgorithm; 3] = [
@@ -234,6 +235,148 @@ fn quantiles_match_the_oracle() {
     let nans = vec![f64::NAN; 100_000.min(n)];
     let omit = options.with_nan(NanPolicy::Omit).with_algorithm(MultiselectAlgorithm::BucketMultiselect);
     assert!(gpu.quantiles_host(&nans, &[0.0, 0.5, 1.0], &omit).unwrap().iter().all(|v| v.is_nan()));
+}
+
+/// Each row's ranks against a sort of that row: rows of one key, short rows (a block sort
+/// each), long rows (padded and merged; at 2048 · 2^j keys copied unpadded), and rows in
+/// many batches, over every distribution (NaNs among the floats' specials), by every
+/// algorithm (a multiselect per row on two shapes: it is the one-array path's).
+fn multiselect_rows_over_shapes<K: TestKey>(gpu: &Gpu) {
+    let batches_of_4096 = gpu.with_tuning(Tuning { multiselect_rows_batch_keys: 4096, ..*gpu.tuning() });
+    // The longest rows: on a GPU past `Auto`'s bound for sorting rows together (sorted
+    // together by `SortAndChoose`); the emulator takes shorter ones (the bound itself is a
+    // unit test's).
+    let long = if on_emulator(gpu) { 70_001 } else { 262_145 };
+    let shapes = [(1, 1), (5, 1), (3, 7), (9, 300), (4, 2048), (3, 2049), (2, 4096), (2, 5000), (2, long)];
+    for (rows, cols) in shapes {
+        for (d, distribution) in DISTRIBUTIONS.into_iter().enumerate() {
+            if cols == long && (d > 0 || K::NAME != "f32") {
+                continue; // one case suffices for the bound
+            }
+            let keys: Vec<K> = generate(rows * cols, distribution, 41 + d as u64);
+            let data = gpu.upload(&keys).unwrap();
+            let mut random = SplitMix(cols as u64 ^ d as u64);
+            let mut ranks = vec![0, cols - 1, cols / 2, cols - 1];
+            ranks.extend((0..6).map(|_| (random.next() % cols as u64) as usize));
+            let runs: [(&Gpu, MultiselectAlgorithm); 5] = [
+                (gpu, MultiselectAlgorithm::Auto),
+                (gpu, MultiselectAlgorithm::SortAndChoose),
+                (gpu, MultiselectAlgorithm::BucketMultiselect),
+                (&batches_of_4096, MultiselectAlgorithm::Auto),
+                (&batches_of_4096, MultiselectAlgorithm::SortAndChoose),
+            ];
+            for (gpu, algorithm) in runs {
+                // A bucket multiselect per row is the one-array path's, tested on its own.
+                let per_row = algorithm == MultiselectAlgorithm::BucketMultiselect
+                    || (algorithm == MultiselectAlgorithm::Auto && cols > 262_144);
+                if per_row && ![7, 2049].contains(&cols) {
+                    continue;
+                }
+                let what = format!("{} {rows}x{cols} {distribution:?} {algorithm:?}", K::NAME);
+                let found = gpu
+                    .multiselect_rows(&data, rows, &ranks, algorithm)
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert_eq!(found.len(), rows * ranks.len(), "{what}");
+                for (row, answers) in found.chunks_exact(ranks.len()).enumerate() {
+                    let mut sorted: Vec<u64> =
+                        keys[row * cols..(row + 1) * cols].iter().map(|k| k.to_ordered().to_u64()).collect();
+                    sorted.sort_unstable();
+                    for (selection, &rank) in answers.iter().zip(&ranks) {
+                        assert_eq!(selection.rank, rank as u64, "{what}");
+                        assert_eq!(
+                            selection.value.to_ordered().to_u64(),
+                            sorted[rank],
+                            "{what}: row {row} rank {rank}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    let data = gpu.upload(&generate::<K>(12, Distribution::Uniform, 1)).unwrap();
+    for algorithm in ALGORITHMS {
+        let result = gpu.multiselect_rows(&data, 3, &[0, 4], algorithm);
+        assert!(matches!(result, Err(Error::KOutOfRange { k: 4, max: 3, .. })), "{algorithm:?}: {result:?}");
+        let result = gpu.multiselect_rows(&data, 5, &[0], algorithm);
+        assert!(matches!(result, Err(Error::InvalidArgument { .. })), "{algorithm:?}: {result:?}");
+        let empty = gpu.upload::<K>(&[]).unwrap();
+        assert!(matches!(gpu.multiselect_rows(&empty, 2, &[0], algorithm), Err(Error::EmptyInput)));
+    }
+}
+
+#[test]
+fn multiselect_of_rows_matches_a_sort_of_each_row() {
+    let gpu = gpu();
+    multiselect_rows_over_shapes::<f32>(&gpu);
+    multiselect_rows_over_shapes::<half::bf16>(&gpu);
+    multiselect_rows_over_shapes::<i64>(&gpu);
+}
+
+/// Every method and NaN policy on rows whose NaN counts differ (none, some, all but one,
+/// all), short and long rows, in one batch and in many, against the oracle row by row.
+#[test]
+fn quantiles_of_rows_with_nans_match_the_oracle() {
+    let gpu = gpu();
+    let batches_of_4096 = gpu.with_tuning(Tuning { multiselect_rows_batch_keys: 4096, ..*gpu.tuning() });
+    let qs: Vec<f64> = [0.0, 1e-7, 0.1, 0.25, 0.5, 0.75, 0.9, 0.999_999, 1.0].to_vec();
+    for (rows, cols) in [(14, 100), (6, 3001)] {
+        let mut random = SplitMix(cols as u64);
+        let mut keys: Vec<f64> =
+            (0..rows * cols).map(|_| (random.next() % 1000) as f64 * 0.25 - 100.0).collect();
+        for row in 0..rows {
+            let nans = match row % 7 {
+                0 => 0,
+                5 => cols - 1,
+                6 => cols,
+                r => r * 3,
+            };
+            for _ in 0..nans {
+                let at = row * cols + (random.next() % cols as u64) as usize;
+                keys[at] = f64::NAN;
+            }
+            // Repeated places leave fewer NaNs than drawn: the counts still differ by row.
+            if nans >= cols - 1 {
+                keys[row * cols..row * cols + nans].fill(f64::NAN);
+            }
+        }
+        let floats: Vec<f32> = keys.iter().map(|&k| k as f32).collect();
+        let (data64, data32) = (gpu.upload(&keys).unwrap(), gpu.upload(&floats).unwrap());
+        // Every method on the short rows; the long rows (the same host code on other
+        // kernels) with three.
+        let methods = if cols < 2048 {
+            QuantileMethod::ALL.to_vec()
+        } else {
+            vec![QuantileMethod::Linear, QuantileMethod::InvertedCdf, QuantileMethod::Midpoint]
+        };
+        for method in methods {
+            for nan in [NanPolicy::Propagate, NanPolicy::Omit] {
+                for (gpu, algorithm) in [
+                    (&gpu, MultiselectAlgorithm::Auto),
+                    (&batches_of_4096, MultiselectAlgorithm::SortAndChoose),
+                ] {
+                    let options = QuantileOptions::new(method).with_nan(nan).with_algorithm(algorithm);
+                    let got64 = gpu.quantiles_rows(&data64, rows, &qs, &options).unwrap();
+                    let got32 = gpu.quantiles_rows(&data32, rows, &qs, &options).unwrap();
+                    for row in 0..rows {
+                        let range = row * cols..(row + 1) * cols;
+                        let what = format!("{rows}x{cols} row {row} {method:?} {nan:?} {algorithm:?}");
+                        let expected = reference::quantiles(&keys[range.clone()], &qs, method, nan);
+                        let got = &got64[row * qs.len()..(row + 1) * qs.len()];
+                        assert!(
+                            got.iter().zip(&expected).all(|(&g, &e)| same(g, e)),
+                            "f64 {what}: {got:?} {expected:?}"
+                        );
+                        let expected = reference::quantiles(&floats[range], &qs, method, nan);
+                        let got = &got32[row * qs.len()..(row + 1) * qs.len()];
+                        assert!(
+                            got.iter().zip(&expected).all(|(&g, &e)| same(g, e)),
+                            "f32 {what}: {got:?} {expected:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
 }
 
 #[test]

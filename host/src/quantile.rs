@@ -234,13 +234,27 @@ pub(crate) fn quantile_values<K: gpu_select_kernels::Key>(
     keys: &[K],
     count: usize,
 ) -> Vec<f64> {
-    match points {
-        None => vec![f64::NAN; count],
-        Some(points) => points
-            .iter()
-            .zip(keys.chunks_exact(2))
-            .map(|(point, pair)| point.value(pair[0].to_f64(), pair[1].to_f64()))
-            .collect(),
+    let mut values = Vec::with_capacity(count);
+    push_quantile_values(points, keys.iter().copied(), count, &mut values);
+    values
+}
+
+/// [`quantile_values`] appended to `values`, the keys taken in order from an iterator.
+pub(crate) fn push_quantile_values<K: gpu_select_kernels::Key>(
+    points: Option<&[QuantilePoint]>,
+    mut keys: impl Iterator<Item = K>,
+    count: usize,
+    values: &mut Vec<f64>,
+) {
+    let Some(points) = points else {
+        values.extend(std::iter::repeat_n(f64::NAN, count));
+        return;
+    };
+    for point in points {
+        let (Some(below), Some(above)) = (keys.next(), keys.next()) else {
+            unreachable!("two keys per point, as quantile_ranks named them");
+        };
+        values.push(point.value(below.to_f64(), above.to_f64()));
     }
 }
 

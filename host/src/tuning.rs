@@ -82,6 +82,11 @@ pub struct Tuning {
     /// at 0 (numpy's linear method reads rank 1 there) took a filter pass over the data.
     /// Over shards (DIBMS) the sample crosses the network and stays 1024 keys in all.
     pub multiselect_sample: u32,
+    /// Multiselect of rows sorted together (`Gpu::multiselect_rows`, `Gpu::quantiles_rows`):
+    /// the padded keys of the rows one batch sorts (2^24); more rows go batch after batch
+    /// through the same buffers, three of keys and indices of this size (about 600 MB for
+    /// `f32`). A row longer than this is a batch of its own.
+    pub multiselect_rows_batch_keys: usize,
     /// k-NN: bytes of distance tiles and per-tile candidates a search keeps at once (1 GiB;
     /// Faiss's GPU resources reserve up to 1.5 GiB); queries and base vectors are tiled to
     /// fit (the matrix of all distances is never held). For `k` beyond 2048 half of it: the
@@ -143,6 +148,7 @@ impl Default for Tuning {
             multiselect_place_keys: 1 << 23,
             multiselect_labels: 8192,
             multiselect_sample: 1 << 14,
+            multiselect_rows_batch_keys: 1 << 24,
             knn_tile_bytes: 1 << 30,
             knn_streams: 1,
             knn_rerank_extra_percent: 100,

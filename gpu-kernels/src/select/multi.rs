@@ -223,23 +223,38 @@ impl<K> Clone for MultiParams<K> {
 }
 impl<K> Copy for MultiParams<K> {}
 
-/// Launch parameters of [`gather`]: `out[i] = keys[positions[i]]` for `i < len`.
+/// Launch parameters of [`gather`]: `out[i] = keys[positions[i]]` for `i < len`, or, by
+/// rows (`period > 0`), `out[i] = keys[(i / period) · row_stride + positions[i % period]]`:
+/// the same positions read in every row; by rows with null `positions`, the position is
+/// `i % period` itself below `keys_len` and [`FILL_POSITION`] from there (each row's first
+/// `keys_len` keys, padded to `period`). A position of [`FILL_POSITION`] reads no key and
+/// writes the key of the highest rank (a NaN for floats, `MAX` for integers): padding that
+/// a stable ascending sort leaves behind every key of the row, NaNs included.
 #[repr(C)]
 #[derive(Debug)]
 pub struct GatherKeysParams<K> {
     /// Where the keys are read.
     pub keys: GlobalPtr<K>,
-    /// Positions into `keys`; null: the sample's, [`sample_position`]`(seed, i, keys_len)`.
+    /// Positions into `keys`; null: the sample's, [`sample_position`]`(seed, i, keys_len)`
+    /// (or by rows, the row's first `keys_len`).
     pub positions: GlobalPtr<u64>,
     /// `len` keys.
     pub out: GlobalPtr<K>,
     /// Positions to read.
     pub len: u64,
-    /// Keys at `keys` (the sample's positions are below it).
+    /// Keys at `keys` (the sample's positions are below it), or keys a row copies.
     pub keys_len: u64,
     /// The sample's seed.
     pub seed: u64,
+    /// Positions per row: the first `period` of `positions` serve every row; 0 reads
+    /// `positions` flat.
+    pub period: u64,
+    /// Keys from one row's start in `keys` to the next's (with `period > 0`).
+    pub row_stride: u64,
 }
+
+/// A position of [`GatherKeysParams`] that writes padding instead of reading a key.
+pub const FILL_POSITION: u64 = u64::MAX;
 
 /// Position of sample key `i` among `len` keys (`len > 0`): splitmix64 of the seed and `i`.
 #[inline(always)]
@@ -1263,11 +1278,11 @@ impl Digits {
 }
 
 /// The `multiselect_gather_<key>` kernel: `out[i] = keys[positions[i]]` (or at the
-/// sample's positions), grid-stride.
+/// sample's positions, or by rows: [`GatherKeysParams`]), grid-stride.
 ///
 /// # Safety
-/// Every position is inside `keys` (`keys_len > 0` for the sample); `len` entries at
-/// `positions` and `out`.
+/// Every position read is inside `keys` (`keys_len > 0` for the sample); `len` entries at
+/// `positions` and `out` (`period` at `positions` by rows).
 pub unsafe fn gather<K: Key>(params: GatherKeysParams<K>) {
     if params.keys_len == 0 {
         return;
@@ -1275,12 +1290,25 @@ pub unsafe fn gather<K: Key>(params: GatherKeysParams<K>) {
     let stride = device::grid_dim_x() as u64 * device::block_dim_x() as u64;
     let mut i = device::global_thread_idx();
     while i < params.len {
-        let position = if params.positions.is_null() {
-            sample_position(params.seed, i, params.keys_len)
-        } else {
-            unsafe { params.positions.read(i) }
+        let (row_start, entry) = match i.checked_div(params.period) {
+            None => (0, i),
+            Some(row) => (row * params.row_stride, i - row * params.period),
         };
-        unsafe { params.out.write(i, params.keys.read(position)) };
+        let position = if !params.positions.is_null() {
+            unsafe { params.positions.read(entry) }
+        } else if params.period == 0 {
+            sample_position(params.seed, i, params.keys_len)
+        } else if entry < params.keys_len {
+            entry
+        } else {
+            FILL_POSITION
+        };
+        let key = if position == FILL_POSITION {
+            K::from_ordered(K::Bits::MAX)
+        } else {
+            unsafe { params.keys.read(row_start + position) }
+        };
+        unsafe { params.out.write(i, key) };
         i += stride;
     }
 }

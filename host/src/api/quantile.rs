@@ -2,10 +2,11 @@
 //! array or of each row of a matrix.
 
 use crate::SelectKey;
+use crate::engine::multiselect_rows::sorts_rows_together;
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
-use crate::options::{MultiselectAlgorithm, QuantileOptions};
-use crate::quantile::{check_quantiles, quantile_ranks, quantile_values};
+use crate::options::{MultiselectAlgorithm, NanPolicy, QuantileOptions};
+use crate::quantile::{check_quantiles, push_quantile_values, quantile_ranks, quantile_values};
 use crate::results::Selection;
 use crate::view::DeviceSlice;
 
@@ -109,9 +110,65 @@ impl Gpu {
         self.quantiles(&self.upload(keys)?, qs, options)
     }
 
+    /// [`Gpu::multiselect`] of each row of a row-major matrix of `rows` rows: the keys of
+    /// the same `ranks` in every row, `rows · ranks.len()` of them, row after row (ranks
+    /// count within a row). [`MultiselectAlgorithm::Auto`] sorts the rows together (a batch
+    /// of many rows at once) when they hold at most 2^18 keys each, and runs a bucket
+    /// multiselect per row beyond; [`MultiselectAlgorithm::SortAndChoose`] sorts them
+    /// together up to 2^24 keys a row. Rows sorted together report 0 passes.
+    ///
+    /// Errors: as [`Gpu::multiselect`] (a rank is checked against the row's length);
+    /// [`Error::InvalidArgument`] when `rows` is 0 or does not divide the keys. Waits for
+    /// the result.
+    ///
+    /// ```
+    /// use gpu_select::{Gpu, MultiselectAlgorithm};
+    ///
+    /// let gpu = Gpu::emulator();
+    /// let data = gpu.upload(&[4u32, 1, 3, 2, 40, 10, 30, 20])?;
+    /// let found = gpu.multiselect_rows(&data, 2, &[0, 3], MultiselectAlgorithm::Auto)?;
+    /// let values: Vec<u32> = found.iter().map(|s| s.value).collect();
+    /// assert_eq!(values, [1, 4, 10, 40]); // each row's smallest and largest
+    /// # Ok::<(), gpu_select::Error>(())
+    /// ```
+    pub fn multiselect_rows<'a, K: SelectKey>(
+        &self,
+        keys: impl Into<DeviceSlice<'a, K>>,
+        rows: usize,
+        ranks: &[usize],
+        algorithm: MultiselectAlgorithm,
+    ) -> Result<Vec<Selection<K>>> {
+        let keys = keys.into();
+        keys.buffer().check_gpu(self, "the keys")?;
+        let columns = row_length(keys.len(), rows)?;
+        if !sorts_rows_together(algorithm, columns) {
+            let mut out = Vec::with_capacity(rows * ranks.len());
+            for row in 0..rows {
+                out.extend(self.multiselect(
+                    keys.slice(row * columns..(row + 1) * columns),
+                    ranks,
+                    algorithm,
+                )?);
+            }
+            return Ok(out);
+        }
+        let wanted: Vec<u64> = ranks.iter().map(|&r| r as u64).collect();
+        let found = self.multiselect_rows_by_sort(keys.buffer(), rows, false, |_| Ok(wanted.clone()))?;
+        let mut out = Vec::with_capacity(rows * ranks.len());
+        for row in 0..rows {
+            out.extend(found.row(row).zip(&wanted).map(|(value, &rank)| Selection {
+                value,
+                rank,
+                passes: 0,
+            }));
+        }
+        Ok(out)
+    }
+
     /// [`Gpu::quantiles`] of each row of a row-major matrix of `rows` rows (torch's
-    /// `quantile(…, dim=-1)`): `rows · qs.len()` values, row after row. Each row is its own
-    /// multiselect, so this suits few long rows; many short rows wait for a batched kernel.
+    /// `quantile(…, dim=-1)`): `rows · qs.len()` values, row after row. The rows' keys are
+    /// found as [`Gpu::multiselect_rows`] finds them (`options.algorithm`): many short rows
+    /// sorted together, long rows a bucket multiselect each.
     ///
     /// Errors: as [`Gpu::quantiles`]; [`Error::InvalidArgument`] when `rows` is 0 or does not
     /// divide the keys.
@@ -133,17 +190,41 @@ impl Gpu {
         options: &QuantileOptions,
     ) -> Result<Vec<f64>> {
         let keys = keys.into();
-        if rows == 0 || !keys.len().is_multiple_of(rows) {
-            return Err(Error::invalid(format!(
-                "{} keys do not make {rows} rows of equal length",
-                keys.len()
-            )));
+        keys.buffer().check_gpu(self, "the keys")?;
+        check_quantiles(qs)?;
+        let columns = row_length(keys.len(), rows)?;
+        if !sorts_rows_together(options.algorithm, columns) {
+            let mut out = Vec::with_capacity(rows * qs.len());
+            for row in 0..rows {
+                out.extend(self.quantiles(keys.slice(row * columns..(row + 1) * columns), qs, options)?);
+            }
+            return Ok(out);
         }
-        let columns = keys.len() / rows;
+        // Rows of one NaN count share their points (and ranks): one call each.
+        let mut points_of_calls = Vec::new();
+        let exact_nans = options.nan == NanPolicy::Omit;
+        let found = self.multiselect_rows_by_sort(keys.buffer(), rows, exact_nans, |nan_count| {
+            let (points, ranks) = quantile_ranks(columns as u64, nan_count, qs, options);
+            points_of_calls.push(points);
+            Ok(ranks)
+        })?;
         let mut out = Vec::with_capacity(rows * qs.len());
         for row in 0..rows {
-            out.extend(self.quantiles(keys.slice(row * columns..(row + 1) * columns), qs, options)?);
+            let points = points_of_calls[found.call_of(row)].as_deref();
+            push_quantile_values(points, found.row(row), qs.len(), &mut out);
         }
         Ok(out)
     }
+}
+
+/// The length of each of `rows` rows of `len` keys: errors when `rows` is 0 or does not
+/// divide them, and for rows of no keys.
+fn row_length(len: usize, rows: usize) -> Result<usize> {
+    if rows == 0 || !len.is_multiple_of(rows) {
+        return Err(Error::invalid(format!("{len} keys do not make {rows} rows of equal length")));
+    }
+    if len == 0 {
+        return Err(Error::EmptyInput);
+    }
+    Ok(len / rows)
 }

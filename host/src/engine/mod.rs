@@ -13,6 +13,7 @@ pub(crate) mod heap;
 pub(crate) mod knn;
 pub(crate) mod knn_streamed;
 pub(crate) mod multiselect;
+pub(crate) mod multiselect_rows;
 pub(crate) mod radix;
 pub(crate) mod rows;
 pub(crate) mod rows_cost;

@@ -530,24 +530,30 @@ impl Gpu {
         out: &DeviceBuffer<K>,
     ) -> Result<()> {
         let positions_on_device = positions.map(|p| self.upload(p)).transpose()?;
-        let len = out.len() as u64;
-        let blocks = len.div_ceil(SMALL_THREADS as u64).min(1024) as u32;
-        let shape = LaunchShape { grid: (blocks, 1), block_threads: SMALL_THREADS, shared_bytes: 0 };
         let params = GatherKeysParams {
             keys: keys.global_ptr(),
             positions: positions_on_device.as_ref().map_or(GlobalPtr::null(), |p| p.global_ptr()),
             out: out.global_ptr(),
-            len,
+            len: out.len() as u64,
             keys_len: keys.len() as u64,
             seed: SAMPLE_SEED,
+            period: 0,
+            row_stride: 0,
         };
         // The positions' buffer is freed in the stream's order, after the launch.
+        self.launch_gather(params)
+    }
+
+    /// Queues the gather kernel on `params` (`params.len` outputs, more than 0).
+    pub(crate) fn launch_gather<K: SelectKey>(&self, params: GatherKeysParams<K>) -> Result<()> {
+        let blocks = params.len.div_ceil(SMALL_THREADS as u64).min(1024) as u32;
+        let shape = LaunchShape { grid: (blocks, 1), block_threads: SMALL_THREADS, shared_bytes: 0 };
         self.launch(K::MULTISELECT_GATHER, shape, params)
     }
 }
 
 /// Checks that every rank is below `n`.
-fn checked_ranks(ranks: Vec<u64>, n: u64) -> Result<Vec<u64>> {
+pub(crate) fn checked_ranks(ranks: Vec<u64>, n: u64) -> Result<Vec<u64>> {
     if let Some(&bad) = ranks.iter().find(|&&r| r >= n) {
         return Err(Error::k_out_of_range(
             bad as usize,

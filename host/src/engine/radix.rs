@@ -321,10 +321,11 @@ impl Gpu {
                 out.indices.global_ptr().offset(first * k).address(),
             );
             if padded_k == k {
-                self.launch_sort_pairs_in_segments(staged, scratch, output, count * k, k, order)?;
+                self.launch_sort_pairs_in_segments(staged, true, scratch, output, count * k, k, order)?;
             } else {
                 self.launch_sort_pairs_in_segments(
                     staged,
+                    true,
                     scratch,
                     sorted,
                     count * padded_k,

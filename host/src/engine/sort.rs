@@ -54,15 +54,19 @@ impl Gpu {
         len: u64,
         order: Order,
     ) -> Result<()> {
-        self.launch_sort_pairs_in_segments(input, scratch, out, len, len, order)
+        self.launch_sort_pairs_in_segments(input, true, scratch, out, len, len, order)
     }
 
     /// [`Gpu::launch_sort_pairs`] of each segment of `segment_len` pairs on its own: one
     /// segment (`segment_len == len`, any length), or segments of a power of two times
     /// 2048 pairs (`len` a multiple of them), whose merge passes never cross a segment.
+    /// With `indexed` false the input's indices are not read: each key takes its position
+    /// in its run of 2048 (`input.indices` is still room the merges may write).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn launch_sort_pairs_in_segments<K: SelectKey>(
         &self,
         input: Pairs<K>,
+        indexed: bool,
         scratch: Pairs<K>,
         out: Pairs<K>,
         len: u64,
@@ -80,14 +84,19 @@ impl Gpu {
         // The last merge must write `out`: with an even number of merges the runs start
         // there (out → input → out …), with an odd one in `scratch` (scratch → out → …).
         let (mut from, mut to) = if merge_passes.is_multiple_of(2) { (out, input) } else { (scratch, out) };
+        // The block sort's input from `at` on (no indices: null, not null moved on).
+        let sorted_input = |at: u64| {
+            let indices = if indexed { input.indices.offset(at) } else { GlobalPtr::null() };
+            Pairs { keys: input.keys.offset(at), indices }
+        };
         let full = (len / run) as u32;
         if full > 0 {
-            self.launch_block_sort(input, run as u32, full, order, from)?;
+            self.launch_block_sort(sorted_input(0), run as u32, full, order, from)?;
         }
         let tail = len % run;
         if tail > 0 {
             let at = full as u64 * run;
-            self.launch_block_sort(input.offset(at), tail as u32, 1, order, from.offset(at))?;
+            self.launch_block_sort(sorted_input(at), tail as u32, 1, order, from.offset(at))?;
         }
         let mut run_len = run;
         for _ in 0..merge_passes {
