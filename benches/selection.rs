@@ -508,6 +508,56 @@ fn bench_quantiles(criterion: &mut Criterion, gpu: &Gpu, cases: &mut Vec<Case>) 
     }
 }
 
+/// The shapes of section `quantiles-rows` (rows × cols, f32): many short rows (a block
+/// sort each), rows padded and merged, and long rows either side of `Auto`'s bound (65 536
+/// keys a row) for sorting rows together.
+const QUANTILE_ROWS_SHAPES: [(usize, usize); 5] =
+    [(10_000, 1000), (1000, 10_000), (100, 100_000), (64, 1 << 18), (16, 1 << 20)];
+
+/// Quantiles of each row (`Gpu::quantiles_rows`, numpy's linear method, 5 and 101 evenly
+/// spaced; section `quantiles-rows`): the rows sorted together (`SortAndChoose`) against a
+/// bucket multiselect per row, each beside the read floor of the keys it reads. The per-row
+/// calls of the many-row shapes are timed on their first 100 rows (a call each: they take
+/// about as long whatever the row), named with the rows timed.
+/// docs/results/quantiles_rows_torch.py times `torch.quantile(x, q, dim=1)` on the same shapes.
+fn bench_quantile_rows(gpu: &Gpu, cases: &mut Vec<Case>) {
+    for (rows, cols) in QUANTILE_ROWS_SHAPES {
+        let data = gpu.upload(&uniform_f32(rows * cols, cols as u64)).unwrap();
+        let floor_ms = read_floor(gpu, &data);
+        for m in [5usize, 101] {
+            let qs: Vec<f64> = (0..m).map(|i| i as f64 / (m - 1) as f64).collect();
+            let per_row_rows = rows.min(100);
+            let runs = [
+                (MultiselectAlgorithm::SortAndChoose, rows),
+                (MultiselectAlgorithm::BucketMultiselect, per_row_rows),
+            ];
+            for (algorithm, timed_rows) in runs {
+                let floor_ms = if timed_rows == rows {
+                    floor_ms
+                } else {
+                    read_floor(gpu, &gpu.alloc_zeroed::<f32>(timed_rows * cols).unwrap())
+                };
+                let options = QuantileOptions::default().with_algorithm(algorithm);
+                let matrix = data.slice(0..timed_rows * cols);
+                let median_ms = median_of_calls(gpu, || {
+                    gpu.quantiles_rows(&matrix, timed_rows, &qs, &options).map(|_| ())
+                });
+                let name = format!("{algorithm:?} f32 {timed_rows}x{cols} m={m}");
+                eprintln!("quantiles-rows: {name}: {median_ms:.4} ms (read floor {floor_ms:.4} ms)");
+                cases.push(Case {
+                    group: "quantiles_rows",
+                    name,
+                    elements: (timed_rows * cols) as u64,
+                    bytes: (timed_rows * cols * 4) as u64,
+                    median_ms,
+                    floor_ms,
+                    predicted_ms: None,
+                });
+            }
+        }
+    }
+}
+
 /// SIFT1M-shaped clustered vectors (`count × dim`): 1000 centres, each vector a centre plus
 /// noise a tenth of the centres' spread, components around 0..128 as SIFT's bytes are.
 fn sift_like(count: usize, dim: usize, seed: u64) -> Vec<f32> {
@@ -1024,6 +1074,43 @@ fn bench_half(gpu: &Gpu, cases: &mut Vec<Case>) {
     bench_half_type::<half::bf16>(gpu, half::bf16::from_f32, cases);
     bench_half_type::<half::f16>(gpu, half::f16::from_f32, cases);
     bench_half_type::<f32>(gpu, |value| value, cases);
+}
+
+/// Top-k of small arrays (section `small`): the 2^16 and 2^20 keys at `k` = 32 and
+/// 1024, f32 and bf16 (`Auto`, which takes 2^16 as one row of the rows' radix kernel and
+/// 2^20 by the array algorithms), into the caller's workspace, beside the read floor.
+fn bench_small_arrays(gpu: &Gpu, cases: &mut Vec<Case>) {
+    fn one<K: SelectKey>(gpu: &Gpu, convert: fn(f32) -> K, cases: &mut Vec<Case>) {
+        for log_n in [16u32, 20] {
+            let n = 1usize << log_n;
+            let data = gpu
+                .upload(&uniform_f32(n, log_n as u64).into_iter().map(convert).collect::<Vec<K>>())
+                .unwrap();
+            let floor_ms = read_floor(gpu, &gpu.alloc_zeroed::<f32>(data.bytes() / 4).unwrap());
+            for k in [32usize, 1024] {
+                let plan = gpu.plan_top_k(&Keys::new(&data), k, &TopKOptions::largest()).unwrap();
+                let mut out =
+                    TopK { values: gpu.alloc_zeroed::<K>(k).unwrap(), indices: gpu.alloc_zeroed(k).unwrap() };
+                let mut workspace = gpu.alloc_zeroed::<u8>(plan.workspace_bytes()).unwrap();
+                let median_ms = median_of_calls(gpu, || {
+                    gpu.top_k_into(&plan, Keys::new(&data), &mut out, &mut workspace)
+                });
+                let name = format!("{} n=2^{log_n} k={k} Largest", K::NAME);
+                eprintln!("small: top_k {name}: {median_ms:.4} ms, floor {floor_ms:.4} ms");
+                cases.push(Case {
+                    group: "small_top_k",
+                    name,
+                    elements: n as u64,
+                    bytes: data.bytes() as u64,
+                    median_ms,
+                    floor_ms,
+                    predicted_ms: plan.predicted_ms(),
+                });
+            }
+        }
+    }
+    one::<f32>(gpu, |value| value, cases);
+    one::<half::bf16>(gpu, half::bf16::from_f32, cases);
 }
 
 /// The batches of the half-precision sweep (section `half-sweep`): one sequence, a serving
@@ -1822,11 +1909,17 @@ fn main() {
     if section_enabled("half") {
         bench_half(&gpu, &mut cases);
     }
+    if section_enabled("small") {
+        bench_small_arrays(&gpu, &mut cases);
+    }
     if section_enabled("large-k") {
         bench_large_k(&gpu, &mut cases);
     }
     if section_enabled("quantiles") {
         bench_quantiles(&mut criterion, &gpu, &mut cases);
+    }
+    if section_enabled("quantiles-rows") {
+        bench_quantile_rows(&gpu, &mut cases);
     }
     if section_enabled("distributed") {
         bench_distributed(&gpu);

@@ -136,6 +136,50 @@ fn top_k_bf16() {
     check_all::<half::bf16>();
 }
 
+/// Small arrays that `Auto` takes as one row of the rows' radix kernel (2^14 to 2^17 keys,
+/// to 2^19 for 128 ≤ k ≤ 1024): the oracle's keys and indices, sorted, and the caller's
+/// indices reported in place of positions.
+fn small_arrays_as_one_row<K: TestKey>(gpu: &Gpu, sizes: &[usize]) {
+    for &n in sizes {
+        for k in [1, 128, 1000, 2048] {
+            for (d, distribution) in
+                [Distribution::Uniform, Distribution::FewDistinct(7), Distribution::Specials]
+                    .into_iter()
+                    .enumerate()
+            {
+                let data = generate::<K>(n, distribution, (n + k + d) as u64);
+                for order in [Order::Smallest, Order::Largest] {
+                    let context = format!("{} n={n} k={k} {distribution:?} {order:?} auto", K::NAME);
+                    let options = TopKOptions::new(order).with_sorted(d == 0);
+                    let positions = common::check_top_k(gpu, &data, k, options, &context);
+                    let device_data = gpu.upload(&data).unwrap();
+                    let indices: Vec<u64> = (0..n as u64).map(|i| 10 * i + 3).collect();
+                    let device_indices = gpu.upload(&indices).unwrap();
+                    let keys = Keys::new(&device_data).with_indices(&device_indices);
+                    let top = gpu.top_k(keys, k, &options).unwrap();
+                    let reported = gpu.download(&top.indices).unwrap();
+                    let expected: Vec<u64> = positions.iter().map(|&p| 10 * p + 3).collect();
+                    assert_eq!(reported, expected, "{context} with the caller's indices");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn small_arrays_taken_as_one_row() {
+    let gpu = common::gpu();
+    if common::on_emulator(&gpu) {
+        small_arrays_as_one_row::<f32>(&gpu, &[16_384, 20_001]);
+        small_arrays_as_one_row::<half::bf16>(&gpu, &[16_384]);
+        return;
+    }
+    small_arrays_as_one_row::<f32>(&gpu, &[16_384, 65_537, 131_072, 300_000]);
+    small_arrays_as_one_row::<half::bf16>(&gpu, &[65_537, 524_288]);
+    small_arrays_as_one_row::<f64>(&gpu, &[65_537, 300_000]);
+    small_arrays_as_one_row::<i32>(&gpu, &[100_000]);
+}
+
 #[test]
 fn bitonic_for_every_queue_size_and_small_inputs() {
     // Each kernel instantiation (k ≤ 32, 64, 128, 256 in registers; 512, 1024 in shared

@@ -65,6 +65,9 @@ enum PlanKind {
     Flat(Plan),
     /// One array with a filter or transform: the fused bitonic top-k.
     Fused(BitonicPlan),
+    /// One small array with `Auto`: the rows' radix kernel, the array as one row
+    /// ([`Gpu::one_row_pays`]).
+    OneRow(RowsSpec),
     /// Rows: their kernel (planned again at the run: microseconds, from the spec).
     Rows(RowsAlgorithm),
 }
@@ -115,6 +118,9 @@ impl<K: SelectKey> TopKPlan<K> {
             }
             (PlannedInput::Rows(spec), PlanKind::Rows(algorithm)) if spec.offsets().is_none() => {
                 self.gpu.rows_predicted_ms(spec, self.k, key_bytes, *algorithm)
+            }
+            (_, PlanKind::OneRow(spec)) => {
+                self.gpu.rows_predicted_ms(spec, self.k, key_bytes, RowsAlgorithm::RadixSelect)
             }
             _ => None,
         }
@@ -239,6 +245,14 @@ impl Gpu {
                     let bytes =
                         crate::engine::bitonic::BitonicWorkspace::new(&plan, k as u32, key_bytes).bytes;
                     (PlannedInput::Flat { n }, PlanKind::Fused(plan), bytes)
+                } else if options.algorithm == Algorithm::Auto
+                    && (1..=n).contains(&k)
+                    && Gpu::one_row_pays(n, k)
+                {
+                    let spec = RowsSpec::dense(1, n, n, k)?;
+                    let bytes =
+                        self.rows_workspace_bytes::<K>(&spec, k, options.order, RowsAlgorithm::RadixSelect)?;
+                    (PlannedInput::Flat { n }, PlanKind::OneRow(spec), bytes)
                 } else {
                     let plan = self.plan_array_top_k(n, k, key_bytes, options)?;
                     let bytes = plan.workspace_bytes(n, k, key_bytes);
@@ -361,6 +375,21 @@ impl Gpu {
             (PlanKind::Fused(bitonic), _) => {
                 let fusion = TopKFusion { filter: keys.filter, transform: keys.transform };
                 self.run_fused(data, plan.k, order, &fusion, bitonic, base, out)?
+            }
+            (PlanKind::OneRow(spec), _) => {
+                // The rows kernel reads the caller's indices itself; every key takes part
+                // (the block kernel, as `one_row_pays` keeps rows beyond the warp kernels').
+                let (offsets, algorithm) = (GlobalPtr::null(), RowsAlgorithm::RadixSelect);
+                return self.run_rows(
+                    data,
+                    spec,
+                    (offsets, indices),
+                    plan.k,
+                    order,
+                    algorithm,
+                    workspace,
+                    out,
+                );
             }
             (PlanKind::Rows(algorithm), PlannedInput::Rows(spec)) => {
                 let offsets = match &keys.layout {

@@ -3,6 +3,7 @@
 
 use gpu_select_kernels::params::GlobalPtr;
 use gpu_select_kernels::topk::bitonic::MAX_BITONIC_K;
+use gpu_select_kernels::topk::rows_radix::MAX_RADIX_ROWS_K;
 
 use super::bitonic::{BitonicPlan, BitonicWorkspace, PassBudget};
 use super::cost;
@@ -19,6 +20,20 @@ use crate::options::{Algorithm, SelectOptions, TopKOptions};
 use crate::results::TopK;
 use crate::workspace::WorkspaceCarver;
 use crate::{Order, SelectKey};
+
+/// The inputs `Auto` takes as one row ([`Gpu::one_row_pays`]), measured on an H200 (run 245,
+/// f32, bf16 and f64, n = 2^14 … 2^19, k = 16 … 2048, the caller's workspace): from 2^14 to
+/// 2^17 keys the row was faster at every `k` (f32 2^16: 0.028 → 0.020 ms at k = 16, 0.070
+/// → 0.038 at k = 1024; f64 2^16 at k = 1024 0.164 → 0.046), and up to 2^19 for
+/// 128 ≤ k ≤ 1024 (f32 2^18 at k = 256: 0.131 → 0.040); beyond, small `k` read the array
+/// faster in its own passes (2^18 at k = 32: 0.031 against 0.041) and at 2^19 `k = 2048`
+/// took the row 0.18 ms against 0.08. Below 2^14 keys it was not measured; there a row also
+/// falls to the warp kernels, which treat [`PADDING_INDEX`](crate::PADDING_INDEX) apart.
+const ONE_ROW_MIN_KEYS: usize = 1 << 14;
+/// See [`ONE_ROW_MIN_KEYS`].
+const ONE_ROW_MAX_KEYS: usize = 1 << 17;
+/// See [`ONE_ROW_MIN_KEYS`].
+const ONE_ROW_MID_K_MAX_KEYS: usize = 1 << 19;
 
 /// The workspace of the block-sort path: all `n` sorted keys and indices.
 #[derive(Clone, Copy, Debug)]
@@ -125,6 +140,16 @@ impl Gpu {
         }
         let algorithm = self.resolve(algorithm, n, k, key_bytes);
         cost::predict_ms(algorithm, n as u64, k as u64, key_bytes, self.cost_device())
+    }
+
+    /// Whether `Auto` takes a top-k of one array of `n` keys (`1 ≤ k ≤ n`) as one row of
+    /// the rows' radix kernel: the row split over blocks, each narrowing its part in shared
+    /// memory and sorting its best `k`, then one co-ranking merge (two launches), where the
+    /// array algorithms take a chain of passes sized for large inputs.
+    pub(crate) fn one_row_pays(n: usize, k: usize) -> bool {
+        let k_in = |range: std::ops::RangeInclusive<usize>| range.contains(&k);
+        (ONE_ROW_MIN_KEYS..=ONE_ROW_MAX_KEYS).contains(&n) && k_in(1..=MAX_RADIX_ROWS_K as usize)
+            || (ONE_ROW_MIN_KEYS..=ONE_ROW_MID_K_MAX_KEYS).contains(&n) && k_in(128..=1024)
     }
 
     /// The named algorithm, or for `Auto` the one the cost model predicts fastest.
