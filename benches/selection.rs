@@ -1034,24 +1034,7 @@ fn bench_half_type<K: SelectKey>(gpu: &Gpu, convert: fn(f32) -> K, cases: &mut V
     drop(keys);
     let floor_ms = floor_of(data.bytes());
     for k in [1024, 262_144] {
-        let options = TopKOptions::largest();
-        let plan = gpu.plan_top_k(&Keys::new(&data), k, &options).unwrap();
-        let mut out =
-            TopK { values: gpu.alloc_zeroed::<K>(k).unwrap(), indices: gpu.alloc_zeroed(k).unwrap() };
-        let mut workspace = gpu.alloc_zeroed::<u8>(plan.workspace_bytes()).unwrap();
-        let median_ms =
-            median_of_calls(gpu, || gpu.top_k_into(&plan, Keys::new(&data), &mut out, &mut workspace));
-        let name = format!("{} n=2^28 k={k} Largest", K::NAME);
-        eprintln!("half: top_k {name}: {median_ms:.4} ms, floor {floor_ms:.4} ms");
-        cases.push(Case {
-            group: "half_top_k",
-            name,
-            elements: n as u64,
-            bytes: data.bytes() as u64,
-            median_ms,
-            floor_ms,
-            predicted_ms: plan.predicted_ms(),
-        });
+        time_array_top_k(gpu, &data, (28, k), floor_ms, ("half", "half_top_k"), cases);
     }
     let median_ms = median_of_calls(gpu, || gpu.select(&data, n / 2, &SelectOptions::default()).map(|_| ()));
     let name = format!("{} n=2^28 median", K::NAME);
@@ -1076,6 +1059,33 @@ fn bench_half(gpu: &Gpu, cases: &mut Vec<Case>) {
     bench_half_type::<f32>(gpu, |value| value, cases);
 }
 
+/// Times `Auto`'s top-k (the `k` largest) of `data`, one array of 2^`log_n` keys, into the
+/// caller's workspace; prints it under `label` and records it in `group`.
+fn time_array_top_k<K: SelectKey>(
+    gpu: &Gpu,
+    data: &DeviceBuffer<K>,
+    (log_n, k): (u32, usize),
+    floor_ms: f64,
+    (label, group): (&str, &'static str),
+    cases: &mut Vec<Case>,
+) {
+    let plan = gpu.plan_top_k(&Keys::new(data), k, &TopKOptions::largest()).unwrap();
+    let mut out = TopK { values: gpu.alloc_zeroed::<K>(k).unwrap(), indices: gpu.alloc_zeroed(k).unwrap() };
+    let mut workspace = gpu.alloc_zeroed::<u8>(plan.workspace_bytes()).unwrap();
+    let median_ms = median_of_calls(gpu, || gpu.top_k_into(&plan, Keys::new(data), &mut out, &mut workspace));
+    let name = format!("{} n=2^{log_n} k={k} Largest", K::NAME);
+    eprintln!("{label}: top_k {name}: {median_ms:.4} ms, floor {floor_ms:.4} ms");
+    cases.push(Case {
+        group,
+        name,
+        elements: data.len() as u64,
+        bytes: data.bytes() as u64,
+        median_ms,
+        floor_ms,
+        predicted_ms: plan.predicted_ms(),
+    });
+}
+
 /// Top-k of small arrays (section `small`): the 2^16 and 2^20 keys at `k` = 32 and
 /// 1024, f32 and bf16 (`Auto`, which takes 2^16 as one row of the rows' radix kernel and
 /// 2^20 by the array algorithms), into the caller's workspace, beside the read floor.
@@ -1088,24 +1098,7 @@ fn bench_small_arrays(gpu: &Gpu, cases: &mut Vec<Case>) {
                 .unwrap();
             let floor_ms = read_floor(gpu, &gpu.alloc_zeroed::<f32>(data.bytes() / 4).unwrap());
             for k in [32usize, 1024] {
-                let plan = gpu.plan_top_k(&Keys::new(&data), k, &TopKOptions::largest()).unwrap();
-                let mut out =
-                    TopK { values: gpu.alloc_zeroed::<K>(k).unwrap(), indices: gpu.alloc_zeroed(k).unwrap() };
-                let mut workspace = gpu.alloc_zeroed::<u8>(plan.workspace_bytes()).unwrap();
-                let median_ms = median_of_calls(gpu, || {
-                    gpu.top_k_into(&plan, Keys::new(&data), &mut out, &mut workspace)
-                });
-                let name = format!("{} n=2^{log_n} k={k} Largest", K::NAME);
-                eprintln!("small: top_k {name}: {median_ms:.4} ms, floor {floor_ms:.4} ms");
-                cases.push(Case {
-                    group: "small_top_k",
-                    name,
-                    elements: n as u64,
-                    bytes: data.bytes() as u64,
-                    median_ms,
-                    floor_ms,
-                    predicted_ms: plan.predicted_ms(),
-                });
+                time_array_top_k(gpu, &data, (log_n, k), floor_ms, ("small", "small_top_k"), cases);
             }
         }
     }

@@ -368,52 +368,41 @@ impl Gpu {
         let order = plan.options.order;
         let base = workspace.global_ptr().address();
         let indices = keys.indices.as_ref().map_or(GlobalPtr::null(), |indices| indices.global_ptr());
-        match (&plan.kind, &plan.input) {
+        let (spec, algorithm) = match (&plan.kind, &plan.input) {
             (PlanKind::Flat(engine_plan), _) => {
-                self.run_top_k(data, plan.k, order, engine_plan, base, out)?
+                self.run_top_k(data, plan.k, order, engine_plan, base, out)?;
+                return self.gather_caller_indices(out, indices, plan.k);
             }
             (PlanKind::Fused(bitonic), _) => {
                 let fusion = TopKFusion { filter: keys.filter, transform: keys.transform };
-                self.run_fused(data, plan.k, order, &fusion, bitonic, base, out)?
+                self.run_fused(data, plan.k, order, &fusion, bitonic, base, out)?;
+                return self.gather_caller_indices(out, indices, plan.k);
             }
-            (PlanKind::OneRow(spec), _) => {
-                // The rows kernel reads the caller's indices itself; every key takes part
-                // (the block kernel, as `one_row_pays` keeps rows beyond the warp kernels').
-                let (offsets, algorithm) = (GlobalPtr::null(), RowsAlgorithm::RadixSelect);
-                return self.run_rows(
-                    data,
-                    spec,
-                    (offsets, indices),
-                    plan.k,
-                    order,
-                    algorithm,
-                    workspace,
-                    out,
-                );
-            }
-            (PlanKind::Rows(algorithm), PlannedInput::Rows(spec)) => {
-                let offsets = match &keys.layout {
-                    Layout::Ragged(offsets) => offsets.global_ptr(),
-                    _ => GlobalPtr::null(),
-                };
-                // The row kernels read the caller's indices themselves.
-                return self.run_rows(
-                    data,
-                    spec,
-                    (offsets, indices),
-                    plan.k,
-                    order,
-                    *algorithm,
-                    workspace,
-                    out,
-                );
-            }
+            // The array as one row: the block kernel, where every key takes part (as in the
+            // array algorithms; `one_row_pays` keeps such rows beyond the warp kernels').
+            (PlanKind::OneRow(spec), _) => (spec, RowsAlgorithm::RadixSelect),
+            (PlanKind::Rows(algorithm), PlannedInput::Rows(spec)) => (spec, *algorithm),
             (PlanKind::Rows(_), PlannedInput::Flat { .. }) => unreachable!("rows plans are for rows"),
+        };
+        let offsets = match &keys.layout {
+            Layout::Ragged(offsets) => offsets.global_ptr(),
+            _ => GlobalPtr::null(),
+        };
+        // The row kernels read the caller's indices themselves.
+        self.run_rows(data, spec, (offsets, indices), plan.k, order, algorithm, workspace, out)
+    }
+
+    /// One array's algorithms report positions: the caller's `indices` (when given) replace
+    /// the `k` of `out`.
+    fn gather_caller_indices<K: SelectKey>(
+        &self,
+        out: &mut TopK<K>,
+        indices: GlobalPtr<u64>,
+        k: usize,
+    ) -> Result<()> {
+        if indices.is_null() {
+            return Ok(());
         }
-        if !indices.is_null() {
-            // One array's algorithms report positions: the caller's indices replace them.
-            self.gather_indices(out.indices.global_ptr(), indices, plan.k as u64)?;
-        }
-        Ok(())
+        self.gather_indices(out.indices.global_ptr(), indices, k as u64)
     }
 }
