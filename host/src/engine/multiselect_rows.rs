@@ -185,12 +185,15 @@ impl Gpu {
         let padded = padded_len(cols);
         let len = batch_rows * padded;
         let pair = || -> Result<_> { Ok((self.alloc_uninit::<K>(len)?, self.alloc_uninit::<u64>(len)?)) };
+        if cols <= MAX_SMALL_SORT_LEN {
+            return Ok(RowSortBuffers { out: pair()?, padded: None, scratch: None });
+        }
         let merge_passes = (padded / MAX_SMALL_SORT_LEN).trailing_zeros();
         Ok(RowSortBuffers {
             out: pair()?,
             // Rows beyond the block sort's are copied (padded, and the merges write over
             // their input) even when no padding is needed.
-            padded: if cols > MAX_SMALL_SORT_LEN { Some(pair()?) } else { None },
+            padded: Some(pair()?),
             scratch: if merge_passes % 2 == 1 { Some(pair()?) } else { None },
         })
     }
