@@ -2,7 +2,7 @@
 //! array or of each row of a matrix.
 
 use crate::SelectKey;
-use crate::engine::multiselect_rows::sorts_rows_together;
+use crate::engine::multiselect_rows::{RowNans, sorts_rows_together};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::options::{MultiselectAlgorithm, NanPolicy, QuantileOptions};
@@ -142,18 +142,11 @@ impl Gpu {
         keys.buffer().check_gpu(self, "the keys")?;
         let columns = row_length(keys.len(), rows)?;
         if !sorts_rows_together(algorithm, columns) {
-            let mut out = Vec::with_capacity(rows * ranks.len());
-            for row in 0..rows {
-                out.extend(self.multiselect(
-                    keys.slice(row * columns..(row + 1) * columns),
-                    ranks,
-                    algorithm,
-                )?);
-            }
-            return Ok(out);
+            return each_row(&keys, rows, ranks.len(), |row| self.multiselect(row, ranks, algorithm));
         }
         let wanted: Vec<u64> = ranks.iter().map(|&r| r as u64).collect();
-        let found = self.multiselect_rows_by_sort(keys.buffer(), rows, false, |_| Ok(wanted.clone()))?;
+        let found =
+            self.multiselect_rows_by_sort(keys.buffer(), rows, RowNans::Ignored, |_| Ok(wanted.clone()))?;
         let mut out = Vec::with_capacity(rows * ranks.len());
         for row in 0..rows {
             out.extend(found.row(row).zip(&wanted).map(|(value, &rank)| Selection {
@@ -194,16 +187,15 @@ impl Gpu {
         check_quantiles(qs)?;
         let columns = row_length(keys.len(), rows)?;
         if !sorts_rows_together(options.algorithm, columns) {
-            let mut out = Vec::with_capacity(rows * qs.len());
-            for row in 0..rows {
-                out.extend(self.quantiles(keys.slice(row * columns..(row + 1) * columns), qs, options)?);
-            }
-            return Ok(out);
+            return each_row(&keys, rows, qs.len(), |row| self.quantiles(row, qs, options));
         }
         // Rows of one NaN count share their points (and ranks): one call each.
         let mut points_of_calls = Vec::new();
-        let exact_nans = options.nan == NanPolicy::Omit;
-        let found = self.multiselect_rows_by_sort(keys.buffer(), rows, exact_nans, |nan_count| {
+        let nans = match options.nan {
+            NanPolicy::Propagate => RowNans::Found,
+            NanPolicy::Omit => RowNans::Counted,
+        };
+        let found = self.multiselect_rows_by_sort(keys.buffer(), rows, nans, |nan_count| {
             let (points, ranks) = quantile_ranks(columns as u64, nan_count, qs, options);
             points_of_calls.push(points);
             Ok(ranks)
@@ -215,6 +207,22 @@ impl Gpu {
         }
         Ok(out)
     }
+}
+
+/// `per_row` of each of the `rows` rows of `keys` (one call a row), `per_row_len` results
+/// each, row after row.
+fn each_row<'a, K: SelectKey, T>(
+    keys: &DeviceSlice<'a, K>,
+    rows: usize,
+    per_row_len: usize,
+    mut per_row: impl FnMut(DeviceSlice<'_, K>) -> Result<Vec<T>>,
+) -> Result<Vec<T>> {
+    let columns = keys.len() / rows;
+    let mut out = Vec::with_capacity(rows * per_row_len);
+    for row in 0..rows {
+        out.extend(per_row(keys.slice(row * columns..(row + 1) * columns))?);
+    }
+    Ok(out)
 }
 
 /// The length of each of `rows` rows of `len` keys: errors when `rows` is 0 or does not

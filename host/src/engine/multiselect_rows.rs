@@ -59,8 +59,7 @@ pub(crate) fn sorts_rows_together(algorithm: MultiselectAlgorithm, cols: usize) 
 }
 
 /// The keys of every row's ranks: for each row the `ranks_of` call that named its ranks
-/// (one call per NaN count: `ranks_of(nan_count)`, where the count is the row's number of
-/// NaN keys when counted, else 1 for a row with any and 0 for one without), and the keys
+/// (one call per NaN count: `ranks_of(nan_count)`, the count as [`RowNans`] says), and the keys
 /// of its distinct ranks, row after row in one array (no vector a row: a call may have
 /// 10^5 rows and more).
 #[derive(Debug)]
@@ -85,6 +84,19 @@ impl<K: Copy> RowsKeys<K> {
         let keys = &self.keys[self.starts[row]..];
         self.calls[self.call_of(row)].slot_of.iter().map(move |&slot| keys[slot])
     }
+}
+
+/// How a multiselect of rows treats the rows' NaN keys, on which the ranks it asks for may
+/// depend (`ranks_of(nan_count)`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RowNans {
+    /// The ranks do not depend on them (multiselect: NaN is a key like any): every count 0,
+    /// no pass to find them.
+    Ignored,
+    /// Only whether a row holds any: its count 1 when it does (numpy's `quantile`).
+    Found,
+    /// Their number in each row (numpy's `nanquantile`).
+    Counted,
 }
 
 /// Keys a sorted row takes: the row's `cols`, padded beyond 2048 to a power of two times
@@ -131,13 +143,13 @@ fn pairs<K: SelectKey>(buffers: &(DeviceBuffer<K>, DeviceBuffer<u64>)) -> Pairs<
 impl Gpu {
     /// The keys of the ranks `ranks_of(nan_count)` names (from 0, smallest first, in the
     /// total order: NaN above +inf) in each of the `rows` rows of the row-major `keys`, by
-    /// sorting the rows together (module docs). `rows > 0` divides `keys.len() > 0`; with
-    /// `exact_nans` each row's NaNs are counted, else only found. Waits for the result.
+    /// sorting the rows together (module docs). `rows > 0` divides `keys.len() > 0`; `nans`
+    /// says what `nan_count` is. Waits for the result.
     pub(crate) fn multiselect_rows_by_sort<K: SelectKey>(
         &self,
         keys: &DeviceBuffer<K>,
         rows: usize,
-        exact_nans: bool,
+        nans: RowNans,
         mut ranks_of: impl FnMut(u64) -> Result<Vec<u64>>,
     ) -> Result<RowsKeys<K>> {
         let cols = keys.len() / rows;
@@ -155,7 +167,7 @@ impl Gpu {
             let count = batch_rows.min(rows - first);
             let batch = keys.view(first * cols, count * cols);
             let sorted = self.sort_rows(&batch, count, cols, &buffers)?;
-            let nan_counts = self.row_nan_counts(sorted, count, cols, padded, exact_nans)?;
+            let nan_counts = self.row_nan_counts(sorted, count, cols, padded, nans)?;
             let mut previous = None;
             for &nans in &nan_counts {
                 // Most rows share their count with the row before: no lookup for them.
@@ -233,16 +245,16 @@ impl Gpu {
         Ok(out.keys)
     }
 
-    /// Each sorted row's NaNs (module docs): 0 for integer keys.
+    /// Each sorted row's NaNs as `nans` asks (module docs): 0 for integer keys.
     fn row_nan_counts<K: SelectKey>(
         &self,
         sorted: GlobalPtr<K>,
         count: usize,
         cols: usize,
         padded: usize,
-        exact_nans: bool,
+        nans: RowNans,
     ) -> Result<Vec<u64>> {
-        let Some(nan) = nan_bits::<K>() else {
+        let Some(nan) = nan_bits::<K>().filter(|_| nans != RowNans::Ignored) else {
             return Ok(vec![0; count]);
         };
         let is_nan = |key: &K| key.to_ordered().to_u64() >= nan;
@@ -250,7 +262,7 @@ impl Gpu {
         let mut last = Vec::with_capacity(count);
         self.gather_keys_at(sorted, sorted_len, &[cols as u64 - 1], Some((padded, count)), &mut last)?;
         let mut counts: Vec<u64> = last.iter().map(|key| is_nan(key) as u64).collect();
-        if !exact_nans {
+        if nans == RowNans::Found {
             return Ok(counts);
         }
         // Rows with NaN: their first NaN lies in `low ..= high` (the last key is one).
