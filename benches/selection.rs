@@ -518,7 +518,8 @@ const QUANTILE_ROWS_SHAPES: [(usize, usize); 5] =
 /// spaced; section `quantiles-rows`): the rows sorted together (`SortAndChoose`) against a
 /// bucket multiselect per row, each beside the read floor of the keys it reads. The per-row
 /// calls of the many-row shapes are timed on their first 100 rows (a call each: they take
-/// about as long whatever the row), named with the rows timed.
+/// about as long whatever the row), named with the rows timed; the rows sorted together also
+/// into an output kept from call to call (`quantiles_rows_into`, named "into").
 /// docs/results/quantiles_rows_torch.py times `torch.quantile(x, q, dim=1)` on the same shapes.
 fn bench_quantile_rows(gpu: &Gpu, cases: &mut Vec<Case>) {
     for (rows, cols) in QUANTILE_ROWS_SHAPES {
@@ -542,17 +543,27 @@ fn bench_quantile_rows(gpu: &Gpu, cases: &mut Vec<Case>) {
                 let median_ms = median_of_calls(gpu, || {
                     gpu.quantiles_rows(&matrix, timed_rows, &qs, &options).map(|_| ())
                 });
-                let name = format!("{algorithm:?} f32 {timed_rows}x{cols} m={m}");
-                eprintln!("quantiles-rows: {name}: {median_ms:.4} ms (read floor {floor_ms:.4} ms)");
-                cases.push(Case {
-                    group: "quantiles_rows",
-                    name,
-                    elements: (timed_rows * cols) as u64,
-                    bytes: (timed_rows * cols * 4) as u64,
-                    median_ms,
-                    floor_ms,
-                    predicted_ms: None,
+                // The same into memory kept from call to call (no new host pages).
+                let mut out = vec![0.0; timed_rows * m];
+                let into_ms = (timed_rows == rows).then(|| {
+                    median_of_calls(gpu, || {
+                        gpu.quantiles_rows_into(&matrix, timed_rows, &qs, &options, &mut out)
+                    })
                 });
+                for (form, median_ms) in [("", Some(median_ms)), (" into", into_ms)] {
+                    let Some(median_ms) = median_ms else { continue };
+                    let name = format!("{algorithm:?}{form} f32 {timed_rows}x{cols} m={m}");
+                    eprintln!("quantiles-rows: {name}: {median_ms:.4} ms (read floor {floor_ms:.4} ms)");
+                    cases.push(Case {
+                        group: "quantiles_rows",
+                        name,
+                        elements: (timed_rows * cols) as u64,
+                        bytes: (timed_rows * cols * 4) as u64,
+                        median_ms,
+                        floor_ms,
+                        predicted_ms: None,
+                    });
+                }
             }
         }
     }

@@ -242,7 +242,7 @@ fn quantiles_match_the_oracle() {
 /// many batches, over every distribution (NaNs among the floats' specials), by every
 /// algorithm (a multiselect per row on two shapes: it is the one-array path's).
 fn multiselect_rows_over_shapes<K: TestKey>(gpu: &Gpu) {
-    let batches_of_4096 = gpu.with_tuning(Tuning { multiselect_rows_batch_keys: 4096, ..*gpu.tuning() });
+    let batched = small_batches(gpu);
     // The longest rows: on a GPU past `Auto`'s bound for sorting rows together (sorted
     // together by `SortAndChoose`); the emulator takes shorter ones (the bound itself is a
     // unit test's).
@@ -262,8 +262,8 @@ fn multiselect_rows_over_shapes<K: TestKey>(gpu: &Gpu) {
                 (gpu, MultiselectAlgorithm::Auto),
                 (gpu, MultiselectAlgorithm::SortAndChoose),
                 (gpu, MultiselectAlgorithm::BucketMultiselect),
-                (&batches_of_4096, MultiselectAlgorithm::Auto),
-                (&batches_of_4096, MultiselectAlgorithm::SortAndChoose),
+                (&batched, MultiselectAlgorithm::Auto),
+                (&batched, MultiselectAlgorithm::SortAndChoose),
             ];
             for (gpu, algorithm) in runs {
                 // A bucket multiselect per row is the one-array path's, tested on its own.
@@ -304,6 +304,12 @@ fn multiselect_rows_over_shapes<K: TestKey>(gpu: &Gpu) {
     }
 }
 
+/// `gpu` sorting rows in batches of 4096 padded keys, and reading their ranks' keys to the
+/// host a few rows at a time (100 bytes: 1–2 rows of the tests' ranks).
+fn small_batches(gpu: &Gpu) -> Gpu {
+    gpu.with_tuning(Tuning { multiselect_rows_batch_keys: 4096, host_staging_bytes: 100, ..*gpu.tuning() })
+}
+
 #[test]
 fn multiselect_of_rows_matches_a_sort_of_each_row() {
     let gpu = gpu();
@@ -317,7 +323,7 @@ fn multiselect_of_rows_matches_a_sort_of_each_row() {
 #[test]
 fn quantiles_of_rows_with_nans_match_the_oracle() {
     let gpu = gpu();
-    let batches_of_4096 = gpu.with_tuning(Tuning { multiselect_rows_batch_keys: 4096, ..*gpu.tuning() });
+    let batched = small_batches(&gpu);
     let qs: Vec<f64> = [0.0, 1e-7, 0.1, 0.25, 0.5, 0.75, 0.9, 0.999_999, 1.0].to_vec();
     for (rows, cols) in [(14, 100), (6, 3001)] {
         let mut random = SplitMix(cols as u64);
@@ -350,13 +356,14 @@ fn quantiles_of_rows_with_nans_match_the_oracle() {
         };
         for method in methods {
             for nan in [NanPolicy::Propagate, NanPolicy::Omit] {
-                for (gpu, algorithm) in [
-                    (&gpu, MultiselectAlgorithm::Auto),
-                    (&batches_of_4096, MultiselectAlgorithm::SortAndChoose),
-                ] {
+                for (gpu, algorithm) in
+                    [(&gpu, MultiselectAlgorithm::Auto), (&batched, MultiselectAlgorithm::SortAndChoose)]
+                {
                     let options = QuantileOptions::new(method).with_nan(nan).with_algorithm(algorithm);
                     let got64 = gpu.quantiles_rows(&data64, rows, &qs, &options).unwrap();
-                    let got32 = gpu.quantiles_rows(&data32, rows, &qs, &options).unwrap();
+                    // Into memory that held other values: every one is written.
+                    let mut got32 = vec![-1.0; rows * qs.len()];
+                    gpu.quantiles_rows_into(&data32, rows, &qs, &options, &mut got32).unwrap();
                     for row in 0..rows {
                         let range = row * cols..(row + 1) * cols;
                         let what = format!("{rows}x{cols} row {row} {method:?} {nan:?} {algorithm:?}");
@@ -399,6 +406,11 @@ fn quantiles_of_rows() {
     assert!(matches!(
         gpu.quantiles_rows(&gpu.upload(&keys).unwrap(), 4, &qs, &options),
         Err(Error::InvalidArgument { .. })
+    ));
+    let mut short = vec![0.0; rows * qs.len() - 1];
+    assert!(matches!(
+        gpu.quantiles_rows_into(&gpu.upload(&keys).unwrap(), rows, &qs, &options, &mut short),
+        Err(Error::LengthMismatch { expected: 15, actual: 14, .. })
     ));
 }
 

@@ -11,6 +11,7 @@ use cudarc::driver::sys;
 use gpu_select_kernels::device::emulator;
 use gpu_select_kernels::entry::KernelId;
 
+use crate::buffer::HostStaging;
 use crate::error::{Error, Result, check_driver};
 use crate::kernels::KernelImage;
 pub use crate::limits::DeviceLimits;
@@ -183,6 +184,8 @@ pub(crate) struct CudaDevice {
     pool: Option<sys::CUmemoryPool>,
     /// The module and the kernel handles looked up so far.
     kernels: Mutex<LoadedKernels>,
+    /// Page-locked host memory for values the host reads once ([`Gpu::read_on_host`]).
+    pub(crate) staging: Mutex<HostStaging>,
     limits: DeviceLimits,
     /// The image this device loads first ([`KernelImage::for_device`]).
     image: KernelImage,
@@ -215,6 +218,7 @@ impl Drop for CudaDevice {
                 if let Some(pool) = self.pool {
                     let _ = cu::mem_pool::destroy(pool);
                 }
+                self.staging.get_mut().unwrap_or_else(|e| e.into_inner()).release();
                 let kernels = self.kernels.get_mut().unwrap_or_else(|e| e.into_inner());
                 if let Some((module, _)) = kernels.module.take() {
                     let _ = cu::module::unload(module);
@@ -301,6 +305,7 @@ impl Gpu {
             stream: std::ptr::null_mut(),
             pool: None,
             kernels: Mutex::default(),
+            staging: Mutex::default(),
             limits,
             image,
         };

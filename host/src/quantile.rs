@@ -234,27 +234,28 @@ pub(crate) fn quantile_values<K: gpu_select_kernels::Key>(
     keys: &[K],
     count: usize,
 ) -> Vec<f64> {
-    let mut values = Vec::with_capacity(count);
-    push_quantile_values(points, keys.iter().copied(), count, &mut values);
+    let mut values = vec![0.0; count];
+    write_quantile_values(points, keys.iter().copied(), &mut values);
     values
 }
 
-/// [`quantile_values`] appended to `values`, the keys taken in order from an iterator.
-pub(crate) fn push_quantile_values<K: gpu_select_kernels::Key>(
+/// [`quantile_values`] written to `values` (one per point, or all NaN without points), the
+/// keys taken in order from an iterator.
+pub(crate) fn write_quantile_values<K: gpu_select_kernels::Key>(
     points: Option<&[QuantilePoint]>,
     mut keys: impl Iterator<Item = K>,
-    count: usize,
-    values: &mut Vec<f64>,
+    values: &mut [f64],
 ) {
     let Some(points) = points else {
-        values.extend(std::iter::repeat_n(f64::NAN, count));
+        values.fill(f64::NAN);
         return;
     };
-    for point in points {
+    debug_assert_eq!(points.len(), values.len());
+    for (value, point) in values.iter_mut().zip(points) {
         let (Some(below), Some(above)) = (keys.next(), keys.next()) else {
             unreachable!("two keys per point, as quantile_ranks named them");
         };
-        values.push(point.value(below.to_f64(), above.to_f64()));
+        *value = point.value(below.to_f64(), above.to_f64());
     }
 }
 

@@ -87,6 +87,10 @@ pub struct Tuning {
     /// through the same buffers, three of keys and indices of this size (about 600 MB for
     /// `f32`). A row longer than this is a batch of its own.
     pub multiselect_rows_batch_keys: usize,
+    /// Bytes the host reads from the device at once where it reads values once, through a
+    /// page-locked staging area the device keeps (8 MiB): the keys of many rows' ranks come
+    /// in parts of at most this (at least one row's each).
+    pub host_staging_bytes: usize,
     /// k-NN: bytes of distance tiles and per-tile candidates a search keeps at once (1 GiB;
     /// Faiss's GPU resources reserve up to 1.5 GiB); queries and base vectors are tiled to
     /// fit (the matrix of all distances is never held). For `k` beyond 2048 half of it: the
@@ -149,6 +153,7 @@ impl Default for Tuning {
             multiselect_labels: 8192,
             multiselect_sample: 1 << 14,
             multiselect_rows_batch_keys: 1 << 24,
+            host_staging_bytes: 8 << 20,
             knn_tile_bytes: 1 << 30,
             knn_streams: 1,
             knn_rerank_extra_percent: 100,

@@ -10,11 +10,13 @@
 //!   rank, so that the stable sort of each padded row (block sorts of 2048, then merge
 //!   passes that never cross a row) leaves the row's own keys first and in order, its NaNs
 //!   included (NaN has the highest rank; the padding ties with it and comes after).
-//! - **NaN.** NaN sorts last, so a row holds NaN when its last key is NaN: one gather of
-//!   every row's last key. When the count is asked for, it is found by bisection, a gather
-//!   of every such row's middle key a round.
 //! - **Pick.** The ranks a row asks for depend on its NaN count alone (`ranks_of`); rows of
-//!   one count share a table of distinct ranks, read in every row by one gather.
+//!   one count share a table of distinct ranks. Every row is read at the table of a row
+//!   without NaN and, where NaN matters, at its last key (NaN sorts last, so the row holds
+//!   NaN when that is NaN): one gather for all rows, read by the host in groups through the
+//!   device's page-locked staging area ([`Gpu::read_on_host`]), each row handed on from there.
+//! - **NaN.** Rows that hold NaN get their counts, when asked for, by bisection (a gather of
+//!   every such row's middle key a round), then one gather of their own ranks.
 //!
 //! A batch holds at most [`Tuning::multiselect_rows_batch_keys`](crate::Tuning) padded keys
 //! (the sort keeps three buffers of keys and indices of that size); more rows go batch
@@ -58,31 +60,21 @@ pub(crate) fn sorts_rows_together(algorithm: MultiselectAlgorithm, cols: usize) 
     }
 }
 
-/// The keys of every row's ranks: for each row the `ranks_of` call that named its ranks
-/// (one call per NaN count: `ranks_of(nan_count)`, the count as [`RowNans`] says), and the keys
-/// of its distinct ranks, row after row in one array (no vector a row: a call may have
-/// 10^5 rows and more).
-#[derive(Debug)]
-pub(crate) struct RowsKeys<K> {
-    /// Each row's `ranks_of` call (0 for the first).
-    call_of: Vec<u32>,
-    /// The ranks of each call.
-    calls: Vec<DistinctRanks>,
-    /// The keys of each row's distinct ranks, row `r`'s from `starts[r]`.
-    keys: Vec<K>,
-    starts: Vec<usize>,
+/// What a multiselect of rows hands its caller for a row: the payload of the `ranks_of`
+/// call that named the row's ranks, and the keys of those ranks.
+pub(crate) struct RowKeys<'a, K, P> {
+    /// What `ranks_of` returned beside the ranks.
+    pub payload: &'a P,
+    /// The keys of the call's distinct ranks, ascending.
+    distinct_keys: &'a [K],
+    /// Where each asked rank's key is among them.
+    slot_of: &'a [usize],
 }
 
-impl<K: Copy> RowsKeys<K> {
-    /// Which `ranks_of` call (0 for the first) named row `row`'s ranks.
-    pub(crate) fn call_of(&self, row: usize) -> usize {
-        self.call_of[row] as usize
-    }
-
-    /// The keys of row `row`'s ranks, in the order `ranks_of` named them.
-    pub(crate) fn row(&self, row: usize) -> impl ExactSizeIterator<Item = K> + '_ {
-        let keys = &self.keys[self.starts[row]..];
-        self.calls[self.call_of(row)].slot_of.iter().map(move |&slot| keys[slot])
+impl<K: Copy, P> RowKeys<'_, K, P> {
+    /// The keys of the row's ranks, in the order `ranks_of` named them.
+    pub(crate) fn keys(&self) -> impl ExactSizeIterator<Item = K> + '_ {
+        self.slot_of.iter().map(|&slot| self.distinct_keys[slot])
     }
 }
 
@@ -140,56 +132,115 @@ fn pairs<K: SelectKey>(buffers: &(DeviceBuffer<K>, DeviceBuffer<u64>)) -> Pairs<
     Pairs { keys: buffers.0.global_ptr(), indices: buffers.1.global_ptr() }
 }
 
+/// The `ranks_of` calls of one multiselect of rows: one per NaN count met (a payload and
+/// the distinct ranks each), most rows sharing the first.
+struct RankCalls<P> {
+    calls: Vec<(P, DistinctRanks)>,
+    of_count: HashMap<u64, usize>,
+}
+
+impl<P> RankCalls<P> {
+    /// The call for rows of `nan_count` NaNs among `cols` keys, made on first need.
+    fn of(
+        &mut self,
+        nan_count: u64,
+        cols: usize,
+        ranks_of: &mut impl FnMut(u64) -> Result<(P, Vec<u64>)>,
+    ) -> Result<usize> {
+        match self.of_count.entry(nan_count) {
+            Entry::Occupied(entry) => Ok(*entry.get()),
+            Entry::Vacant(entry) => {
+                let (payload, ranks) = ranks_of(nan_count)?;
+                self.calls.push((payload, DistinctRanks::new(&checked_ranks(ranks, cols as u64)?)));
+                Ok(*entry.insert(self.calls.len() - 1))
+            }
+        }
+    }
+
+    /// What `emit` gets for a row of call `call` whose distinct keys are `distinct_keys`.
+    fn row_keys<'a, K>(&'a self, call: usize, distinct_keys: &'a [K]) -> RowKeys<'a, K, P> {
+        let (payload, ranks) = &self.calls[call];
+        RowKeys { payload, distinct_keys, slot_of: &ranks.slot_of }
+    }
+}
+
 impl Gpu {
     /// The keys of the ranks `ranks_of(nan_count)` names (from 0, smallest first, in the
-    /// total order: NaN above +inf) in each of the `rows` rows of the row-major `keys`, by
-    /// sorting the rows together (module docs). `rows > 0` divides `keys.len() > 0`; `nans`
-    /// says what `nan_count` is. Waits for the result.
-    pub(crate) fn multiselect_rows_by_sort<K: SelectKey>(
+    /// total order: NaN above +inf; beside them a payload of the caller's) in each of the
+    /// `rows` rows of the row-major `keys`, by sorting the rows together (module docs),
+    /// handed to `emit(row, keys)` once for every row, in no set order. `rows > 0` divides
+    /// `keys.len() > 0`; `nans` says what `nan_count` is. Waits for the result.
+    pub(crate) fn multiselect_rows_by_sort<K: SelectKey, P>(
         &self,
         keys: &DeviceBuffer<K>,
         rows: usize,
         nans: RowNans,
-        mut ranks_of: impl FnMut(u64) -> Result<Vec<u64>>,
-    ) -> Result<RowsKeys<K>> {
+        mut ranks_of: impl FnMut(u64) -> Result<(P, Vec<u64>)>,
+        mut emit: impl FnMut(usize, RowKeys<'_, K, P>),
+    ) -> Result<()> {
         let cols = keys.len() / rows;
         let padded = padded_len(cols);
         let batch_rows = (self.tuning().multiselect_rows_batch_keys / padded).clamp(1, rows);
         let buffers = self.row_sort_buffers::<K>(batch_rows, cols)?;
-        let mut found = RowsKeys {
-            call_of: Vec::with_capacity(rows),
-            calls: Vec::new(),
-            keys: Vec::new(),
-            starts: Vec::with_capacity(rows),
-        };
-        let mut call_of_count: HashMap<u64, u32> = HashMap::new();
+        let mut calls = RankCalls { calls: Vec::new(), of_count: HashMap::new() };
+        let first_call = calls.of(0, cols, &mut ranks_of)?;
+        // Every row is read at the ranks of a row without NaN and, where NaN matters, at its
+        // last key, NaN when the row holds any (NaN sorts last): one gather for all rows.
+        let nan = nan_bits::<K>().filter(|_| nans != RowNans::Ignored);
+        let is_nan = |key: &K| nan.is_some_and(|nan| key.to_ordered().to_u64() >= nan);
+        let mut first_positions = calls.calls[first_call].1.distinct.clone();
+        let last = cols as u64 - 1;
+        let last_slot = nan.map(|_| {
+            first_positions.binary_search(&last).unwrap_or_else(|_| {
+                first_positions.push(last);
+                first_positions.len() - 1
+            })
+        });
+        let first_positions = self.upload(&first_positions)?;
         for first in (0..rows).step_by(batch_rows) {
             let count = batch_rows.min(rows - first);
             let batch = keys.view(first * cols, count * cols);
             let sorted = self.sort_rows(&batch, count, cols, &buffers)?;
-            let nan_counts = self.row_nan_counts(sorted, count, cols, padded, nans)?;
-            let mut previous = None;
-            for &nans in &nan_counts {
-                // Most rows share their count with the row before: no lookup for them.
-                let call = match previous {
-                    Some((count, call)) if count == nans => call,
-                    _ => match call_of_count.entry(nans) {
-                        Entry::Occupied(entry) => *entry.get(),
-                        Entry::Vacant(entry) => {
-                            found
-                                .calls
-                                .push(DistinctRanks::new(&checked_ranks(ranks_of(nans)?, cols as u64)?));
-                            *entry.insert(found.calls.len() as u32 - 1)
-                        }
-                    },
-                };
-                previous = Some((nans, call));
-                found.call_of.push(call);
+            let mut nan_rows = Vec::new();
+            self.read_rows_at(
+                sorted,
+                padded,
+                count,
+                &first_positions,
+                |row, distinct_keys| match last_slot {
+                    Some(slot) if is_nan(&distinct_keys[slot]) => nan_rows.push(row),
+                    _ => emit(first + row, calls.row_keys(first_call, distinct_keys)),
+                },
+            )?;
+            if nan_rows.is_empty() {
+                continue;
             }
-            let batch_calls = &found.call_of[first..];
-            self.pick_rows(sorted, padded, batch_calls, &found.calls, &mut found.keys, &mut found.starts)?;
+            let nan_counts = match nans {
+                RowNans::Counted => self.nan_counts_of_rows(sorted, padded, cols, &nan_rows)?,
+                _ => vec![1; nan_rows.len()],
+            };
+            let row_calls: Vec<usize> = nan_counts
+                .iter()
+                .map(|&count| calls.of(count, cols, &mut ranks_of))
+                .collect::<Result<_>>()?;
+            let positions: Vec<u64> = nan_rows
+                .iter()
+                .zip(&row_calls)
+                .flat_map(|(&row, &call)| {
+                    calls.calls[call].1.distinct.iter().map(move |&rank| (row * padded) as u64 + rank)
+                })
+                .collect();
+            let gathered = self.gather_flat(sorted, (count * padded) as u64, &positions)?;
+            self.read_on_host(&gathered, |gathered| {
+                let mut start = 0;
+                for (&row, &call) in nan_rows.iter().zip(&row_calls) {
+                    let end = start + calls.calls[call].1.distinct.len();
+                    emit(first + row, calls.row_keys(call, &gathered[start..end]));
+                    start = end;
+                }
+            })?;
         }
-        Ok(found)
+        Ok(())
     }
 
     /// The buffers that sort a batch of `batch_rows` rows of `cols` keys.
@@ -245,33 +296,24 @@ impl Gpu {
         Ok(out.keys)
     }
 
-    /// Each sorted row's NaNs as `nans` asks (module docs): 0 for integer keys.
-    fn row_nan_counts<K: SelectKey>(
+    /// The NaN count of each of the sorted `rows` (whose last key is NaN), by bisection: a
+    /// gather of every such row's middle key a round.
+    fn nan_counts_of_rows<K: SelectKey>(
         &self,
         sorted: GlobalPtr<K>,
-        count: usize,
-        cols: usize,
         padded: usize,
-        nans: RowNans,
+        cols: usize,
+        rows: &[usize],
     ) -> Result<Vec<u64>> {
-        let Some(nan) = nan_bits::<K>().filter(|_| nans != RowNans::Ignored) else {
-            return Ok(vec![0; count]);
-        };
-        let is_nan = |key: &K| key.to_ordered().to_u64() >= nan;
-        let sorted_len = (count * padded) as u64;
-        let mut last = Vec::with_capacity(count);
-        self.gather_keys_at(sorted, sorted_len, &[cols as u64 - 1], Some((padded, count)), &mut last)?;
-        let mut counts: Vec<u64> = last.iter().map(|key| is_nan(key) as u64).collect();
-        if nans == RowNans::Found {
-            return Ok(counts);
-        }
-        // Rows with NaN: their first NaN lies in `low ..= high` (the last key is one).
-        let mut open: Vec<(usize, u64, u64)> =
-            (0..count).filter(|&row| counts[row] > 0).map(|row| (row, 0, cols as u64 - 1)).collect();
+        let nan = nan_bits::<K>().expect("rows with NaN hold float keys");
+        let sorted_len = (rows.iter().max().map_or(0, |&row| row + 1) * padded) as u64;
+        let mut counts = vec![0; rows.len()];
+        // Each row's first NaN lies in `low ..= high` (the last key is one).
+        let mut open: Vec<(usize, u64, u64)> = (0..rows.len()).map(|i| (i, 0, cols as u64 - 1)).collect();
         loop {
-            open.retain(|&(row, low, high)| {
+            open.retain(|&(i, low, high)| {
                 if low == high {
-                    counts[row] = cols as u64 - low;
+                    counts[i] = cols as u64 - low;
                 }
                 low < high
             });
@@ -279,84 +321,84 @@ impl Gpu {
                 return Ok(counts);
             }
             let positions: Vec<u64> =
-                open.iter().map(|&(row, low, high)| (row * padded) as u64 + (low + high) / 2).collect();
-            let mut middles = Vec::with_capacity(positions.len());
-            self.gather_keys_at(sorted, sorted_len, &positions, None, &mut middles)?;
-            for ((_, low, high), key) in open.iter_mut().zip(&middles) {
-                let middle = (*low + *high) / 2;
-                if is_nan(key) {
-                    *high = middle;
-                } else {
-                    *low = middle + 1;
+                open.iter().map(|&(i, low, high)| (rows[i] * padded) as u64 + (low + high) / 2).collect();
+            let middles = self.gather_flat(sorted, sorted_len, &positions)?;
+            self.read_on_host(&middles, |middles| {
+                for ((_, low, high), key) in open.iter_mut().zip(middles) {
+                    let middle = (*low + *high) / 2;
+                    if key.to_ordered().to_u64() >= nan {
+                        *high = middle;
+                    } else {
+                        *low = middle + 1;
+                    }
                 }
-            }
+            })?;
         }
     }
 
-    /// Appends the keys of each sorted row's distinct ranks (those of its `ranks_of` call,
-    /// `calls_of_rows`) to `keys`, row after row, each row's start pushed to `starts`: one
-    /// gather of a shared table when every row has the same ranks, else of every row's
-    /// positions.
-    fn pick_rows<K: SelectKey>(
+    /// Reads the keys at `positions` (a device array) in each of the `count` sorted rows
+    /// `padded` keys apart, handing each row's to `read(row, keys)` in order: gathered in
+    /// groups of rows whose keys fit [`Tuning::host_staging_bytes`](crate::Tuning), each
+    /// read through the page-locked staging area.
+    fn read_rows_at<K: SelectKey>(
         &self,
         sorted: GlobalPtr<K>,
         padded: usize,
-        calls_of_rows: &[u32],
-        calls: &[DistinctRanks],
-        keys: &mut Vec<K>,
-        starts: &mut Vec<usize>,
+        count: usize,
+        positions: &DeviceBuffer<u64>,
+        mut read: impl FnMut(usize, &[K]),
     ) -> Result<()> {
-        let count = calls_of_rows.len();
-        let sorted_len = (count * padded) as u64;
-        let table = |row: usize| &calls[calls_of_rows[row] as usize].distinct;
-        let mut start = keys.len();
-        for row in 0..count {
-            starts.push(start);
-            start += table(row).len();
+        let per_row = positions.len();
+        if per_row == 0 {
+            (0..count).for_each(|row| read(row, &[]));
+            return Ok(());
         }
-        if calls_of_rows.iter().all(|&call| call == calls_of_rows[0]) {
-            return self.gather_keys_at(sorted, sorted_len, table(0), Some((padded, count)), keys);
+        let group = (self.tuning().host_staging_bytes / (per_row * size_of::<K>())).clamp(1, count);
+        let gathered = self.alloc_uninit::<K>(group * per_row)?;
+        for first in (0..count).step_by(group) {
+            let rows = group.min(count - first);
+            self.launch_gather(GatherKeysParams {
+                keys: sorted.offset((first * padded) as u64),
+                positions: positions.global_ptr(),
+                out: gathered.global_ptr(),
+                len: (rows * per_row) as u64,
+                keys_len: (rows * padded) as u64,
+                seed: 0,
+                period: per_row as u64,
+                row_stride: padded as u64,
+            })?;
+            self.read_on_host(&gathered.view(0, rows * per_row), |keys| {
+                for (row, keys) in keys.chunks_exact(per_row).enumerate() {
+                    read(first + row, keys);
+                }
+            })?;
         }
-        let positions: Vec<u64> = (0..count)
-            .flat_map(|row| table(row).iter().map(move |&rank| (row * padded) as u64 + rank))
-            .collect();
-        self.gather_keys_at(sorted, sorted_len, &positions, None, keys)
+        Ok(())
     }
 
-    /// Appends the keys at `positions` of the `len` keys at `keys` to `out`: flat, or by rows
-    /// (`Some((stride, rows))`: the same positions in each of `rows` rows `stride` keys
-    /// apart, row by row).
-    fn gather_keys_at<K: SelectKey>(
+    /// The keys at `positions` of the `len` keys at `keys`, gathered on the device.
+    fn gather_flat<K: SelectKey>(
         &self,
         keys: GlobalPtr<K>,
         len: u64,
         positions: &[u64],
-        by_rows: Option<(usize, usize)>,
-        out: &mut Vec<K>,
-    ) -> Result<()> {
-        let (period, row_stride, rows) = match by_rows {
-            Some((stride, rows)) => (positions.len() as u64, stride as u64, rows),
-            None => (0, 0, 1),
-        };
-        let outputs = positions.len() * rows;
-        if outputs == 0 {
-            return Ok(());
+    ) -> Result<DeviceBuffer<K>> {
+        let gathered = self.alloc_uninit::<K>(positions.len())?;
+        if positions.is_empty() {
+            return Ok(gathered);
         }
         let positions_on_device = self.upload(positions)?;
-        let gathered = self.alloc_uninit::<K>(outputs)?;
         self.launch_gather(GatherKeysParams {
             keys,
             positions: positions_on_device.global_ptr(),
             out: gathered.global_ptr(),
-            len: outputs as u64,
+            len: positions.len() as u64,
             keys_len: len,
             seed: 0,
-            period,
-            row_stride,
+            period: 0,
+            row_stride: 0,
         })?;
-        let start = out.len();
-        out.resize(start + outputs, K::default());
-        self.copy_to_host(&gathered, &mut out[start..])
+        Ok(gathered)
     }
 }
 
