@@ -509,10 +509,10 @@ fn bench_quantiles(criterion: &mut Criterion, gpu: &Gpu, cases: &mut Vec<Case>) 
 }
 
 /// The shapes of section `quantiles-rows` (rows × cols, f32): many short rows (a block
-/// sort each), rows padded and merged, and long rows either side of `Auto`'s bound (65 536
+/// sort each), rows padded and merged, and long rows either side of `Auto`'s bound (2^20
 /// keys a row) for sorting rows together.
-const QUANTILE_ROWS_SHAPES: [(usize, usize); 5] =
-    [(10_000, 1000), (1000, 10_000), (100, 100_000), (64, 1 << 18), (16, 1 << 20)];
+const QUANTILE_ROWS_SHAPES: [(usize, usize); 6] =
+    [(10_000, 1000), (1000, 10_000), (100, 100_000), (64, 1 << 18), (16, 1 << 20), (4, 1 << 22)];
 
 /// Quantiles of each row (`Gpu::quantiles_rows`, numpy's linear method, 5 and 101 evenly
 /// spaced; section `quantiles-rows`): the rows sorted together (`SortAndChoose`) against a

@@ -246,7 +246,7 @@ fn multiselect_rows_over_shapes<K: TestKey>(gpu: &Gpu) {
     // The longest rows: on a GPU past `Auto`'s bound for sorting rows together (sorted
     // together by `SortAndChoose`); the emulator takes shorter ones (the bound itself is a
     // unit test's).
-    let long = if on_emulator(gpu) { 70_001 } else { 262_145 };
+    let long = if on_emulator(gpu) { 70_001 } else { 1_048_577 };
     let shapes = [(1, 1), (5, 1), (3, 7), (9, 300), (4, 2048), (3, 2049), (2, 4096), (2, 5000), (2, long)];
     for (rows, cols) in shapes {
         for (d, distribution) in DISTRIBUTIONS.into_iter().enumerate() {
@@ -268,7 +268,7 @@ fn multiselect_rows_over_shapes<K: TestKey>(gpu: &Gpu) {
             for (gpu, algorithm) in runs {
                 // A bucket multiselect per row is the one-array path's, tested on its own.
                 let per_row = algorithm == MultiselectAlgorithm::BucketMultiselect
-                    || (algorithm == MultiselectAlgorithm::Auto && cols > 262_144);
+                    || (algorithm == MultiselectAlgorithm::Auto && cols > 1 << 20);
                 if per_row && ![7, 2049].contains(&cols) {
                     continue;
                 }

@@ -27,7 +27,7 @@ pub struct MergeParams<K> {
     pub indices_in: GlobalPtr<u64>,
     /// The merged keys: sorted runs of `2·run_len`.
     pub keys_out: GlobalPtr<K>,
-    /// Their indices.
+    /// Their indices; null: keys only (`indices_in` is not read).
     pub indices_out: GlobalPtr<u64>,
     /// Number of keys.
     pub len: u64,
@@ -111,7 +111,9 @@ pub unsafe fn merge_runs<K: Key>(params: MergeParams<K>) {
         };
         unsafe {
             params.keys_out.write(out, key);
-            params.indices_out.write(out, params.indices_in.read(from));
+            if !params.indices_out.is_null() {
+                params.indices_out.write(out, params.indices_in.read(from));
+            }
         }
     }
 }

@@ -117,7 +117,8 @@ pub struct BlockSortParams<K> {
     pub indices_in: GlobalPtr<u64>,
     /// Sorted keys, same shape as the input.
     pub keys_out: GlobalPtr<K>,
-    /// For each sorted key, its index (from `indices_in`, or its position in the segment).
+    /// For each sorted key, its index (from `indices_in`, or its position in the segment);
+    /// null: keys only (no index is read or written).
     pub indices_out: GlobalPtr<u64>,
     /// Keys per segment, 1 to [`crate::block::bitonic_sort::MAX_BLOCK_SORT_LEN`].
     pub segment_len: u32,

@@ -84,8 +84,8 @@ pub struct Tuning {
     pub multiselect_sample: u32,
     /// Multiselect of rows sorted together (`Gpu::multiselect_rows`, `Gpu::quantiles_rows`):
     /// the padded keys of the rows one batch sorts (2^24); more rows go batch after batch
-    /// through the same buffers, three of keys and indices of this size (about 600 MB for
-    /// `f32`). A row longer than this is a batch of its own.
+    /// through the same buffers, at most three of keys (no indices) of this size (200 MB
+    /// for `f32`). A row longer than this is a batch of its own.
     pub multiselect_rows_batch_keys: usize,
     /// Bytes the host reads from the device at once where it reads values once, through a
     /// page-locked staging area the device keeps (8 MiB): the keys of many rows' ranks come

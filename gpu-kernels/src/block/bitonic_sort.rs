@@ -282,12 +282,14 @@ pub unsafe fn sort_segments<K: Key>(params: BlockSortParams<K>) {
             let out = start + key as u64;
             unsafe {
                 params.keys_out.write(out, params.keys_in.read(start + position));
-                let index = if params.indices_in.is_null() {
-                    position
-                } else {
-                    params.indices_in.read(start + position)
-                };
-                params.indices_out.write(out, index);
+                if !params.indices_out.is_null() {
+                    let index = if params.indices_in.is_null() {
+                        position
+                    } else {
+                        params.indices_in.read(start + position)
+                    };
+                    params.indices_out.write(out, index);
+                }
             }
         }
     }

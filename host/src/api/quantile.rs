@@ -113,7 +113,7 @@ impl Gpu {
     /// [`Gpu::multiselect`] of each row of a row-major matrix of `rows` rows: the keys of
     /// the same `ranks` in every row, `rows · ranks.len()` of them, row after row (ranks
     /// count within a row). [`MultiselectAlgorithm::Auto`] sorts the rows together (a batch
-    /// of many rows at once) when they hold at most 2^18 keys each, and runs a bucket
+    /// of many rows at once) when they hold at most 2^20 keys each, and runs a bucket
     /// multiselect per row beyond; [`MultiselectAlgorithm::SortAndChoose`] sorts them
     /// together up to 2^24 keys a row. Rows sorted together report 0 passes.
     ///

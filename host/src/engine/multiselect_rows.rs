@@ -19,8 +19,8 @@
 //!   every such row's middle key a round), then one gather of their own ranks.
 //!
 //! A batch holds at most [`Tuning::multiselect_rows_batch_keys`](crate::Tuning) padded keys
-//! (the sort keeps three buffers of keys and indices of that size); more rows go batch
-//! after batch through the same buffers.
+//! (the sort keeps at most three buffers of that many keys, and no indices); more rows go
+//! batch after batch through the same buffers.
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
@@ -41,12 +41,14 @@ use crate::{Order, SelectKey};
 /// sorted alone by the one-array sort & choose.
 const SORTED_ROW_MAX_KEYS: usize = 1 << 24;
 
-/// The longest row `Auto` sorts among others (2^18 keys). A bucket multiselect of a row
+/// The longest row `Auto` sorts among others (2^20 keys). A bucket multiselect of a row
 /// costs about 0.2 ms whatever its length up to 2^20 (its launches and round trips), a row's
-/// share of the sort grows with it: on an H200 (run 243, 5 and 101 quantiles of f32 rows),
-/// sorting together took 2.4 ms for 100 rows of 100 000 keys (a multiselect each: 20.2 ms),
-/// 3.5 ms for 64 rows of 2^18 (14.0 ms), and 4.2 ms for 16 rows of 2^20 (3.4 ms: slower).
-const AUTO_SORTED_ROW_MAX_KEYS: usize = 1 << 18;
+/// share of the sort grows with it: on an H200 (run 251, 5 and 101 quantiles of f32 rows,
+/// the sort carrying keys only), sorting together took 1.3 ms for 100 rows of 100 000 keys
+/// (a multiselect each: 22 ms), 1.9 ms for 64 rows of 2^18 (12.7–13.8 ms), and 2.2 ms for
+/// 16 rows of 2^20 (2.9–3.3 ms). (With indices carried, run 243, 16 rows of 2^20 sorted
+/// took 4.2 ms, and the bound was 2^18.)
+const AUTO_SORTED_ROW_MAX_KEYS: usize = 1 << 20;
 
 /// Whether `algorithm` finds the ranks of rows of `cols` keys by sorting the rows together
 /// (else by a multiselect of each row): `Auto` does up to [`AUTO_SORTED_ROW_MAX_KEYS`] keys a
@@ -119,17 +121,18 @@ impl DistinctRanks {
     }
 }
 
-/// Device memory of one batch's sort: the output, and for rows beyond the block sort the
-/// padded copy (whose indices the merges also write) and, for an odd number of merge
-/// passes, scratch.
+/// Device memory of one batch's sort, keys only (no index is carried: the ranks' keys are
+/// all a pick reads): the output, and for rows beyond the block sort the padded copy
+/// (which the merges also write) and, for an odd number of merge passes, scratch.
 struct RowSortBuffers<K> {
-    out: (DeviceBuffer<K>, DeviceBuffer<u64>),
-    padded: Option<(DeviceBuffer<K>, DeviceBuffer<u64>)>,
-    scratch: Option<(DeviceBuffer<K>, DeviceBuffer<u64>)>,
+    out: DeviceBuffer<K>,
+    padded: Option<DeviceBuffer<K>>,
+    scratch: Option<DeviceBuffer<K>>,
 }
 
-fn pairs<K: SelectKey>(buffers: &(DeviceBuffer<K>, DeviceBuffer<u64>)) -> Pairs<K> {
-    Pairs { keys: buffers.0.global_ptr(), indices: buffers.1.global_ptr() }
+/// Keys without indices, as the sorts take them.
+fn keys_only<K: SelectKey>(keys: &DeviceBuffer<K>) -> Pairs<K> {
+    Pairs { keys: keys.global_ptr(), indices: GlobalPtr::null() }
 }
 
 /// The `ranks_of` calls of one multiselect of rows: one per NaN count met (a payload and
@@ -247,17 +250,17 @@ impl Gpu {
     fn row_sort_buffers<K: SelectKey>(&self, batch_rows: usize, cols: usize) -> Result<RowSortBuffers<K>> {
         let padded = padded_len(cols);
         let len = batch_rows * padded;
-        let pair = || -> Result<_> { Ok((self.alloc_uninit::<K>(len)?, self.alloc_uninit::<u64>(len)?)) };
+        let keys = || self.alloc_uninit::<K>(len);
         if cols <= MAX_SMALL_SORT_LEN {
-            return Ok(RowSortBuffers { out: pair()?, padded: None, scratch: None });
+            return Ok(RowSortBuffers { out: keys()?, padded: None, scratch: None });
         }
         let merge_passes = (padded / MAX_SMALL_SORT_LEN).trailing_zeros();
         Ok(RowSortBuffers {
-            out: pair()?,
+            out: keys()?,
             // Rows beyond the block sort's are copied (padded, and the merges write over
             // their input) even when no padding is needed.
-            padded: Some(pair()?),
-            scratch: if merge_passes % 2 == 1 { Some(pair()?) } else { None },
+            padded: Some(keys()?),
+            scratch: if merge_passes % 2 == 1 { Some(keys()?) } else { None },
         })
     }
 
@@ -270,11 +273,10 @@ impl Gpu {
         cols: usize,
         buffers: &RowSortBuffers<K>,
     ) -> Result<GlobalPtr<K>> {
-        let out = pairs(&buffers.out);
+        let out = keys_only(&buffers.out);
         let Some(padded_copy) = &buffers.padded else {
-            let input = Pairs { keys: batch.global_ptr(), indices: GlobalPtr::null() };
             // `count` ≤ 2^24 rows (a batch): a u32, under the block sort's 2^31 segments.
-            self.launch_block_sort(input, cols as u32, count as u32, Order::Smallest, out)?;
+            self.launch_block_sort(keys_only(batch), cols as u32, count as u32, Order::Smallest, out)?;
             return Ok(out.keys);
         };
         let padded = padded_len(cols) as u64;
@@ -282,16 +284,16 @@ impl Gpu {
         self.launch_gather(GatherKeysParams {
             keys: batch.global_ptr(),
             positions: GlobalPtr::null(),
-            out: padded_copy.0.global_ptr(),
+            out: padded_copy.global_ptr(),
             len,
             keys_len: cols as u64,
             seed: 0,
             period: padded,
             row_stride: cols as u64,
         })?;
-        let input = pairs(padded_copy);
+        let input = keys_only(padded_copy);
         // Scratch is only touched with an odd number of merge passes, when it was made.
-        let scratch = buffers.scratch.as_ref().map_or(input, pairs);
+        let scratch = buffers.scratch.as_ref().map_or(input, keys_only);
         self.launch_sort_pairs_in_segments(input, false, scratch, out, len, padded, Order::Smallest)?;
         Ok(out.keys)
     }

@@ -61,7 +61,9 @@ impl Gpu {
     /// segment (`segment_len == len`, any length), or segments of a power of two times
     /// 2048 pairs (`len` a multiple of them), whose merge passes never cross a segment.
     /// With `indexed` false the input's indices are not read: each key takes its position
-    /// in its run of 2048 (`input.indices` is still room the merges may write).
+    /// in its run of 2048 (`input.indices` is still room the merges may write). With null
+    /// indices in all three (and `indexed` false) only keys are sorted: no index is read or
+    /// written.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn launch_sort_pairs_in_segments<K: SelectKey>(
         &self,
@@ -130,9 +132,10 @@ pub(crate) struct Pairs<K> {
 }
 
 impl<K> Pairs<K> {
-    /// The pairs `count` further on.
+    /// The pairs `count` further on (null indices, keys only, stay null).
     pub(crate) fn offset(self, count: u64) -> Self {
-        Self { keys: self.keys.offset(count), indices: self.indices.offset(count) }
+        let indices = if self.indices.is_null() { self.indices } else { self.indices.offset(count) };
+        Self { keys: self.keys.offset(count), indices }
     }
 
     /// The pairs at two device addresses.
@@ -151,3 +154,18 @@ const _: () = {
     has_sort::<i64>();
     has_sort::<u64>();
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_only_pairs_stay_keys_only_further_on() {
+        let keys_only = Pairs::<f32> { keys: GlobalPtr::from_address(4096), indices: GlobalPtr::null() };
+        let later = keys_only.offset(10);
+        assert_eq!(later.keys.address(), 4096 + 40);
+        assert!(later.indices.is_null(), "a null index array moved on is a bogus address");
+        let pairs = Pairs::<f32>::at(4096, 8192).offset(10);
+        assert_eq!(pairs.indices.address(), 8192 + 80);
+    }
+}
