@@ -46,8 +46,8 @@ const SORTED_ROW_MAX_KEYS: usize = 1 << 24;
 /// share of the sort grows with it: on an H200 (run 251, 5 and 101 quantiles of f32 rows,
 /// the sort carrying keys only), sorting together took 1.3 ms for 100 rows of 100 000 keys
 /// (a multiselect each: 22 ms), 1.9 ms for 64 rows of 2^18 (12.7–13.8 ms), and 2.2 ms for
-/// 16 rows of 2^20 (2.9–3.3 ms). (With indices carried, run 243, 16 rows of 2^20 sorted
-/// took 4.2 ms, and the bound was 2^18.)
+/// 16 rows of 2^20 (2.9–3.3 ms); but 2.55 ms for 4 rows of 2^22 (0.83 ms, run 252). (With
+/// indices carried, run 243, 16 rows of 2^20 sorted took 4.2 ms, and the bound was 2^18.)
 const AUTO_SORTED_ROW_MAX_KEYS: usize = 1 << 20;
 
 /// Whether `algorithm` finds the ranks of rows of `cols` keys by sorting the rows together
