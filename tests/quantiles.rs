@@ -407,6 +407,11 @@ fn quantiles_of_rows() {
         gpu.quantiles_rows(&gpu.upload(&keys).unwrap(), 4, &qs, &options),
         Err(Error::InvalidArgument { .. })
     ));
+    // Rows that cannot be: an error before anything of their size is allocated.
+    assert!(matches!(
+        gpu.quantiles_rows(&gpu.upload(&keys).unwrap(), usize::MAX / 2, &qs, &options),
+        Err(Error::InvalidArgument { .. })
+    ));
     let mut short = vec![0.0; rows * qs.len() - 1];
     assert!(matches!(
         gpu.quantiles_rows_into(&gpu.upload(&keys).unwrap(), rows, &qs, &options, &mut short),

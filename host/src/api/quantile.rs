@@ -187,7 +187,11 @@ impl Gpu {
         qs: &[f64],
         options: &QuantileOptions,
     ) -> Result<Vec<f64>> {
-        let mut out = vec![0.0; rows.saturating_mul(qs.len())];
+        let keys = keys.into();
+        // The shape is checked before the result is allocated (a bad `rows` is an error,
+        // not an allocation of its size).
+        row_length(keys.len(), rows)?;
+        let mut out = vec![0.0; rows * qs.len()];
         self.quantiles_rows_into(keys, rows, qs, options, &mut out)?;
         Ok(out)
     }

@@ -67,7 +67,8 @@ pub(crate) fn sorts_rows_together(algorithm: MultiselectAlgorithm, cols: usize) 
 pub(crate) struct RowKeys<'a, K, P> {
     /// What `ranks_of` returned beside the ranks.
     pub payload: &'a P,
-    /// The keys of the call's distinct ranks, ascending.
+    /// The keys of the call's distinct ranks, ascending (the first call's followed by the
+    /// row's last key where NaN matters).
     distinct_keys: &'a [K],
     /// Where each asked rank's key is among them.
     slot_of: &'a [usize],
