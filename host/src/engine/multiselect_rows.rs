@@ -204,7 +204,8 @@ impl Gpu {
         for first in (0..rows).step_by(batch_rows) {
             let count = batch_rows.min(rows - first);
             let batch = keys.view(first * cols, count * cols);
-            let sorted = self.sort_rows(&batch, count, cols, &buffers)?;
+            self.sort_rows(&batch, count, cols, &buffers)?;
+            let sorted = &buffers.out;
             let mut nan_rows = Vec::new();
             self.read_rows_at(
                 sorted,
@@ -234,7 +235,7 @@ impl Gpu {
                     calls.calls[call].1.distinct.iter().map(move |&rank| (row * padded) as u64 + rank)
                 })
                 .collect();
-            let gathered = self.gather_flat(sorted, (count * padded) as u64, &positions)?;
+            let gathered = self.gather_flat(sorted, &positions)?;
             self.read_on_host(&gathered, |gathered| {
                 let mut start = 0;
                 for (&row, &call) in nan_rows.iter().zip(&row_calls) {
@@ -266,19 +267,19 @@ impl Gpu {
     }
 
     /// Queues the ascending sort of the `count` rows of `cols` keys at `batch`, each into a
-    /// row of [`padded_len`] in `buffers.out` (its keys first); returns where they start.
+    /// row of [`padded_len`] in `buffers.out` (its keys first).
     fn sort_rows<K: SelectKey>(
         &self,
         batch: &DeviceBuffer<K>,
         count: usize,
         cols: usize,
         buffers: &RowSortBuffers<K>,
-    ) -> Result<GlobalPtr<K>> {
+    ) -> Result<()> {
         let out = keys_only(&buffers.out);
         let Some(padded_copy) = &buffers.padded else {
             // `count` ≤ 2^24 rows (a batch): a u32, under the block sort's 2^31 segments.
             self.launch_block_sort(keys_only(batch), cols as u32, count as u32, Order::Smallest, out)?;
-            return Ok(out.keys);
+            return Ok(());
         };
         let padded = padded_len(cols) as u64;
         let len = count as u64 * padded;
@@ -295,21 +296,19 @@ impl Gpu {
         let input = keys_only(padded_copy);
         // Scratch is only touched with an odd number of merge passes, when it was made.
         let scratch = buffers.scratch.as_ref().map_or(input, keys_only);
-        self.launch_sort_pairs_in_segments(input, false, scratch, out, len, padded, Order::Smallest)?;
-        Ok(out.keys)
+        self.launch_sort_pairs_in_segments(input, false, scratch, out, len, padded, Order::Smallest)
     }
 
     /// The NaN count of each of the sorted `rows` (whose last key is NaN), by bisection: a
     /// gather of every such row's middle key a round.
     fn nan_counts_of_rows<K: SelectKey>(
         &self,
-        sorted: GlobalPtr<K>,
+        sorted: &DeviceBuffer<K>,
         padded: usize,
         cols: usize,
         rows: &[usize],
     ) -> Result<Vec<u64>> {
         let nan = nan_bits::<K>().expect("rows with NaN hold float keys");
-        let sorted_len = (rows.iter().max().map_or(0, |&row| row + 1) * padded) as u64;
         let mut counts = vec![0; rows.len()];
         // Each row's first NaN lies in `low ..= high` (the last key is one).
         let mut open: Vec<(usize, u64, u64)> = (0..rows.len()).map(|i| (i, 0, cols as u64 - 1)).collect();
@@ -325,7 +324,7 @@ impl Gpu {
             }
             let positions: Vec<u64> =
                 open.iter().map(|&(i, low, high)| (rows[i] * padded) as u64 + (low + high) / 2).collect();
-            let middles = self.gather_flat(sorted, sorted_len, &positions)?;
+            let middles = self.gather_flat(sorted, &positions)?;
             self.read_on_host(&middles, |middles| {
                 for ((_, low, high), key) in open.iter_mut().zip(middles) {
                     let middle = (*low + *high) / 2;
@@ -345,7 +344,7 @@ impl Gpu {
     /// read through the page-locked staging area.
     fn read_rows_at<K: SelectKey>(
         &self,
-        sorted: GlobalPtr<K>,
+        sorted: &DeviceBuffer<K>,
         padded: usize,
         count: usize,
         positions: &DeviceBuffer<u64>,
@@ -361,7 +360,7 @@ impl Gpu {
         for first in (0..count).step_by(group) {
             let rows = group.min(count - first);
             self.launch_gather(GatherKeysParams {
-                keys: sorted.offset((first * padded) as u64),
+                keys: sorted.global_ptr().offset((first * padded) as u64),
                 positions: positions.global_ptr(),
                 out: gathered.global_ptr(),
                 len: (rows * per_row) as u64,
@@ -379,28 +378,16 @@ impl Gpu {
         Ok(())
     }
 
-    /// The keys at `positions` of the `len` keys at `keys`, gathered on the device.
+    /// The keys of `keys` at `positions`, gathered on the device.
     fn gather_flat<K: SelectKey>(
         &self,
-        keys: GlobalPtr<K>,
-        len: u64,
+        keys: &DeviceBuffer<K>,
         positions: &[u64],
     ) -> Result<DeviceBuffer<K>> {
         let gathered = self.alloc_uninit::<K>(positions.len())?;
-        if positions.is_empty() {
-            return Ok(gathered);
+        if !positions.is_empty() {
+            self.queue_gather(keys, Some(positions), &gathered)?;
         }
-        let positions_on_device = self.upload(positions)?;
-        self.launch_gather(GatherKeysParams {
-            keys,
-            positions: positions_on_device.global_ptr(),
-            out: gathered.global_ptr(),
-            len: positions.len() as u64,
-            keys_len: len,
-            seed: 0,
-            period: 0,
-            row_stride: 0,
-        })?;
         Ok(gathered)
     }
 }
