@@ -519,7 +519,8 @@ const QUANTILE_ROWS_SHAPES: [(usize, usize); 6] =
 /// bucket multiselect per row, each beside the read floor of the keys it reads. The per-row
 /// calls of the many-row shapes are timed on their first 100 rows (a call each: they take
 /// about as long whatever the row), named with the rows timed; the rows sorted together also
-/// into an output kept from call to call (`quantiles_rows_into`, named "into").
+/// into an output kept from call to call (`quantiles_rows_into`, named "into") and left on the
+/// device (`quantiles_rows_on_device`, "on device").
 /// docs/results/quantiles_rows_torch.py times `torch.quantile(x, q, dim=1)` on the same shapes.
 fn bench_quantile_rows(gpu: &Gpu, cases: &mut Vec<Case>) {
     for (rows, cols) in QUANTILE_ROWS_SHAPES {
@@ -550,7 +551,15 @@ fn bench_quantile_rows(gpu: &Gpu, cases: &mut Vec<Case>) {
                         gpu.quantiles_rows_into(&matrix, timed_rows, &qs, &options, &mut out)
                     })
                 });
-                for (form, median_ms) in [("", Some(median_ms)), (" into", into_ms)] {
+                // Left on the device (no copy to the host).
+                let on_device_ms = (timed_rows == rows).then(|| {
+                    median_of_calls(gpu, || {
+                        gpu.quantiles_rows_on_device(&matrix, timed_rows, &qs, &options).map(|_| ())
+                    })
+                });
+                for (form, median_ms) in
+                    [("", Some(median_ms)), (" into", into_ms), (" on device", on_device_ms)]
+                {
                     let Some(median_ms) = median_ms else { continue };
                     let name = format!("{algorithm:?}{form} f32 {timed_rows}x{cols} m={m}");
                     eprintln!("quantiles-rows: {name}: {median_ms:.4} ms (read floor {floor_ms:.4} ms)");

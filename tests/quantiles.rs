@@ -364,6 +364,14 @@ fn quantiles_of_rows_with_nans_match_the_oracle() {
                     // Into memory that held other values: every one is written.
                     let mut got32 = vec![-1.0; rows * qs.len()];
                     gpu.quantiles_rows_into(&data32, rows, &qs, &options, &mut got32).unwrap();
+                    // Left on the device: the same values.
+                    let on_device = gpu.quantiles_rows_on_device(&data64, rows, &qs, &options).unwrap();
+                    let on_device = gpu.download(&on_device).unwrap();
+                    let what = format!("{rows}x{cols} {method:?} {nan:?} {algorithm:?}");
+                    assert!(
+                        on_device.iter().zip(&got64).all(|(&d, &h)| same(d, h)),
+                        "on the device {what}: {on_device:?} {got64:?}"
+                    );
                     for row in 0..rows {
                         let range = row * cols..(row + 1) * cols;
                         let what = format!("{rows}x{cols} row {row} {method:?} {nan:?} {algorithm:?}");
@@ -417,6 +425,90 @@ fn quantiles_of_rows() {
         gpu.quantiles_rows_into(&gpu.upload(&keys).unwrap(), rows, &qs, &options, &mut short),
         Err(Error::LengthMismatch { expected: 15, actual: 14, .. })
     ));
+}
+
+/// Quantiles of rows of every kind of key, to the host and left on the device, against the
+/// oracle: short rows (a block sort each) and long ones, sorted together in one batch and in
+/// many (37 rows of 300: three batches), and a bucket multiselect per row (its values
+/// uploaded).
+fn quantiles_of_rows_of<K: TestKey>(gpu: &Gpu) {
+    let batched = small_batches(gpu);
+    let qs = [0.0, 0.01, 0.3, 0.5, 0.5, 0.875, 1.0];
+    for (rows, cols) in [(1, 1), (37, 300), (3, 300), (2, 5000)] {
+        let distributions = [Distribution::Uniform, Distribution::FewDistinct(16), Distribution::Specials];
+        for (d, distribution) in distributions.into_iter().enumerate() {
+            let keys: Vec<K> = generate(rows * cols, distribution, 77 + d as u64);
+            let data = gpu.upload(&keys).unwrap();
+            // Three methods on the short rows, numpy's default on the others.
+            let methods = if cols == 300 {
+                &[QuantileMethod::Linear, QuantileMethod::Nearest, QuantileMethod::AveragedInvertedCdf][..]
+            } else {
+                &[QuantileMethod::Linear][..]
+            };
+            // Both NaN policies where there are NaNs (floats' specials).
+            let nans = if matches!(distribution, Distribution::Specials) {
+                &[NanPolicy::Omit, NanPolicy::Propagate][..]
+            } else {
+                &[NanPolicy::Omit][..]
+            };
+            for (&method, &nan) in methods.iter().flat_map(|m| nans.iter().map(move |n| (m, n))) {
+                let runs: [(&Gpu, MultiselectAlgorithm); 3] = [
+                    (gpu, MultiselectAlgorithm::Auto),
+                    (&batched, MultiselectAlgorithm::SortAndChoose),
+                    (gpu, MultiselectAlgorithm::BucketMultiselect),
+                ];
+                for (gpu, algorithm) in runs {
+                    // A multiselect per row is the one-array path's, tested on its own: here
+                    // on a few rows, its values uploaded; the sorts on the others.
+                    if (algorithm == MultiselectAlgorithm::BucketMultiselect) != (rows == 3) {
+                        continue;
+                    }
+                    let what = format!(
+                        "{} {rows}x{cols} {distribution:?} {method:?} {nan:?} {algorithm:?}",
+                        K::NAME
+                    );
+                    let options = QuantileOptions::new(method).with_nan(nan).with_algorithm(algorithm);
+                    let on_host = gpu.quantiles_rows(&data, rows, &qs, &options).unwrap();
+                    let on_device = gpu
+                        .download(&gpu.quantiles_rows_on_device(&data, rows, &qs, &options).unwrap())
+                        .unwrap();
+                    for row in 0..rows {
+                        let expected =
+                            reference::quantiles(&keys[row * cols..(row + 1) * cols], &qs, method, nan);
+                        for got in [&on_host, &on_device] {
+                            let got = &got[row * qs.len()..(row + 1) * qs.len()];
+                            assert!(
+                                got.iter().zip(&expected).all(|(&g, &e)| same(g, e)),
+                                "{what} row {row}: {got:?} {expected:?}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // No quantiles: nothing to write, on the host or the device.
+    let data = gpu.upload(&generate::<K>(12, Distribution::Uniform, 1)).unwrap();
+    let options = QuantileOptions::default();
+    assert!(gpu.quantiles_rows(&data, 3, &[], &options).unwrap().is_empty());
+    assert!(gpu.quantiles_rows_on_device(&data, 3, &[], &options).unwrap().is_empty());
+    let result = gpu.quantiles_rows_on_device(&data, 5, &[0.5], &options);
+    assert!(matches!(result, Err(Error::InvalidArgument { .. })), "{result:?}");
+    let result = gpu.quantiles_rows_on_device(&data, 3, &[1.5], &options);
+    assert!(matches!(result, Err(Error::InvalidArgument { .. })), "{result:?}");
+}
+
+#[test]
+fn quantiles_of_rows_of_every_key_type() {
+    let gpu = gpu();
+    quantiles_of_rows_of::<f32>(&gpu);
+    quantiles_of_rows_of::<f64>(&gpu);
+    quantiles_of_rows_of::<half::f16>(&gpu);
+    quantiles_of_rows_of::<half::bf16>(&gpu);
+    quantiles_of_rows_of::<i32>(&gpu);
+    quantiles_of_rows_of::<u32>(&gpu);
+    quantiles_of_rows_of::<i64>(&gpu);
+    quantiles_of_rows_of::<u64>(&gpu);
 }
 
 #[test]

@@ -28,6 +28,7 @@ use crate::select::multi::{
     filter as multiselect_filter_body, gather as multiselect_gather_body, pick as multiselect_pick_body,
     place as multiselect_place_body, sample as multiselect_sample_body, totals as multiselect_totals_body,
 };
+use crate::select::quantiles::{QuantilesRowsParams, of_sorted_rows as quantiles_rows_body};
 use crate::select::sample::{
     SampleParams, bracket as sample_bracket_body, bracket_place as sample_bracket_place_body,
     bracket_top_k as sample_bracket_top_k_body, choose as sample_choose_body, count as sample_count_body,
@@ -154,6 +155,8 @@ pub trait KernelKey: Key {
     const MULTISELECT_GATHER: KernelId<GatherKeysParams<Self>>;
     /// Bucket multiselect: the sample's summary (extremes and keys per first-pass slot).
     const MULTISELECT_SAMPLE: KernelId<SampleSummaryParams<Self>>;
+    /// numpy's quantiles of rows already sorted, interpolated on the device.
+    const QUANTILES_ROWS: KernelId<QuantilesRowsParams<Self>>;
     /// Batched top-k (BlockSelect), k ≤ 32.
     const ROWS_Q1: KernelId<RowsParams<Self>>;
     /// Batched top-k (BlockSelect), k ≤ 64.
@@ -245,6 +248,7 @@ crate::__kernel_table! {
         MULTISELECT_TOTALS = multiselect_totals(MultiParams) => multiselect_totals_body;
         MULTISELECT_GATHER = multiselect_gather(GatherKeysParams) => multiselect_gather_body;
         MULTISELECT_SAMPLE = multiselect_sample(SampleSummaryParams) => multiselect_sample_body;
+        QUANTILES_ROWS = quantiles_rows(QuantilesRowsParams) => quantiles_rows_body;
     }
     plain {
         /// Read-only pass over a buffer: the benchmarks' floor.

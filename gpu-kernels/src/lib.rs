@@ -21,8 +21,8 @@
 //! | [`knn`] | exact k-nearest-neighbour search: distance tiles by a tiled matrix product |
 //! | [`entry`] | the exported kernels, generated from one table |
 //!
-//! [`key`] holds the order-preserving key encodings and [`params`] the `#[repr(C)]`
-//! launch parameters; both are shared with the host.
+//! [`key`] holds the order-preserving key encodings, [`quantile`] numpy's quantile methods
+//! and [`params`] the `#[repr(C)]` launch parameters; all three are shared with the host.
 #![no_std]
 // Nightly features only where the kernels are built for the GPU: the host side (launch
 // parameters, keys, layouts, the emulator) builds on stable Rust.
@@ -51,6 +51,7 @@ pub mod knn;
 pub mod merge;
 pub mod params;
 pub mod probe;
+pub mod quantile;
 pub mod select;
 pub mod thread;
 pub mod topk;

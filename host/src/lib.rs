@@ -11,7 +11,7 @@
 //! |---|---|---|---|---|
 //! | top-k of an array or of rows ([`Keys`]) | [`Gpu::top_k`] | [`Gpu::plan_top_k`] | [`Gpu::top_k_into`] | [`Gpu::top_k_host`] |
 //! | the key of rank `k`, exact or approximate | [`Gpu::select`] | [`Gpu::plan_select`] | [`Gpu::select_into`] | [`Gpu::select_host`] |
-//! | the keys of many ranks; numpy's quantiles (of an array or of each row) | [`Gpu::multiselect`], [`Gpu::quantiles`], [`Gpu::multiselect_rows`], [`Gpu::quantiles_rows`] | | | [`Gpu::multiselect_host`], [`Gpu::quantiles_host`] |
+//! | the keys of many ranks; numpy's quantiles (of an array or of each row) | [`Gpu::multiselect`], [`Gpu::quantiles`], [`Gpu::multiselect_rows`], [`Gpu::quantiles_rows`], [`Gpu::quantiles_rows_on_device`] | | [`Gpu::quantiles_rows_into`] | [`Gpu::multiselect_host`], [`Gpu::quantiles_host`] |
 //! | many ranks or quantiles of keys spread over processes (DIBMS) | [`distributed::Distributed`] | | | |
 //! | the `k` nearest vectors of each query (exact; L2, inner product, cosine; `f32`, `f16` or `bf16` vectors; on the tensor cores with exact re-ranking, [`FlatIndex::with_precision`]), a k-NN graph | [`Gpu::knn`], [`FlatIndex::search`], [`FlatIndex::knn_graph`] | [`Gpu::flat_index`], [`Gpu::upload_flat_index`] (the base's norms once), [`FlatIndex::plan_search`] | [`FlatIndex::search_into`] | [`FlatIndex::search_host`] |
 //! | the same over several GPUs, the base sharded or replicated | [`MultiGpuIndex::search`] | [`MultiGpuIndex::new`] | | [`MultiGpuIndex::search_host`] |

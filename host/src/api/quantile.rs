@@ -2,11 +2,12 @@
 //! array or of each row of a matrix.
 
 use crate::SelectKey;
-use crate::engine::multiselect_rows::{RowNans, sorts_rows_together};
+use crate::buffer::DeviceBuffer;
+use crate::engine::multiselect_rows::{RowsOut, sorts_rows_together};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
-use crate::options::{MultiselectAlgorithm, NanPolicy, QuantileOptions};
-use crate::quantile::{check_quantiles, quantile_ranks, quantile_values, write_quantile_values};
+use crate::options::{MultiselectAlgorithm, QuantileOptions};
+use crate::quantile::{check_quantiles, quantile_ranks, quantile_values};
 use crate::results::Selection;
 use crate::view::DeviceSlice;
 
@@ -144,19 +145,15 @@ impl Gpu {
         if !sorts_rows_together(algorithm, columns) {
             return each_row(&keys, rows, ranks.len(), |row| self.multiselect(row, ranks, algorithm));
         }
-        let wanted: Vec<u64> = ranks.iter().map(|&r| r as u64).collect();
         let m = ranks.len();
         let mut out = vec![Selection { value: K::default(), rank: 0, passes: 0 }; rows * m];
         self.multiselect_rows_by_sort(
             keys.buffer(),
             rows,
-            RowNans::Ignored,
-            |_| Ok(((), wanted.clone())),
+            ranks.iter().map(|&r| r as u64).collect(),
             |row, found| {
-                for ((slot, value), &rank) in
-                    out[row * m..(row + 1) * m].iter_mut().zip(found.keys()).zip(&wanted)
-                {
-                    *slot = Selection { value, rank, passes: 0 };
+                for ((slot, &value), &rank) in out[row * m..(row + 1) * m].iter_mut().zip(found).zip(ranks) {
+                    *slot = Selection { value, rank: rank as u64, passes: 0 };
                 }
             },
         )?;
@@ -240,24 +237,54 @@ impl Gpu {
             out.copy_from_slice(&values);
             return Ok(());
         }
-        let nans = match options.nan {
-            NanPolicy::Propagate => RowNans::Found,
-            NanPolicy::Omit => RowNans::Counted,
-        };
-        // Rows of one NaN count share their points (and ranks): one call each.
-        self.multiselect_rows_by_sort(
-            keys.buffer(),
-            rows,
-            nans,
-            |nan_count| Ok(quantile_ranks(columns as u64, nan_count, qs, options)),
-            |row, found| {
-                write_quantile_values(
-                    found.payload.as_deref(),
-                    found.keys(),
-                    &mut out[row * m..(row + 1) * m],
-                )
-            },
-        )
+        if m == 0 {
+            return Ok(());
+        }
+        self.quantiles_rows_by_sort(keys.buffer(), rows, qs, options, RowsOut::Host(out))
+    }
+
+    /// [`Gpu::quantiles_rows`] left on the device: `rows · qs.len()` values, row after row, in
+    /// a new buffer of this GPU's, for a caller whose next step runs there too. Rows sorted
+    /// together ([`MultiselectAlgorithm::Auto`] up to 2^20 keys a row) are interpolated on
+    /// the device and never cross to the host; rows a bucket multiselect each are computed as
+    /// [`Gpu::quantiles_rows`] computes them and uploaded.
+    ///
+    /// Errors: as [`Gpu::quantiles_rows`]. Waits for the result.
+    ///
+    /// ```
+    /// use gpu_select::{Gpu, QuantileOptions};
+    ///
+    /// let gpu = Gpu::emulator();
+    /// let data = gpu.upload(&[1.0f32, 2.0, 3.0, 4.0, 10.0, 20.0, 30.0, 40.0])?;
+    /// let medians = gpu.quantiles_rows_on_device(&data, 2, &[0.5], &QuantileOptions::default())?;
+    /// assert_eq!(gpu.download(&medians)?, [2.5, 25.0]);
+    /// # Ok::<(), gpu_select::Error>(())
+    /// ```
+    pub fn quantiles_rows_on_device<'a, K: SelectKey>(
+        &self,
+        keys: impl Into<DeviceSlice<'a, K>>,
+        rows: usize,
+        qs: &[f64],
+        options: &QuantileOptions,
+    ) -> Result<DeviceBuffer<f64>> {
+        let keys = keys.into();
+        keys.buffer().check_gpu(self, "the keys")?;
+        check_quantiles(qs)?;
+        let columns = row_length(keys.len(), rows)?;
+        if !sorts_rows_together(options.algorithm, columns) {
+            return self.upload(&each_row(&keys, rows, qs.len(), |row| self.quantiles(row, qs, options))?);
+        }
+        let mut out = self.alloc_zeroed::<f64>(rows.saturating_mul(qs.len()))?;
+        if !qs.is_empty() {
+            self.quantiles_rows_by_sort(
+                keys.buffer(),
+                rows,
+                qs,
+                options,
+                RowsOut::Device((&mut out).into()),
+            )?;
+        }
+        Ok(out)
     }
 }
 

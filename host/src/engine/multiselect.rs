@@ -523,7 +523,7 @@ impl Gpu {
 
     /// Queues the gather of `out.len()` keys of `keys` (more than 0) at `positions`, or at
     /// the sample's pseudo-random positions when `None`, into `out`.
-    pub(crate) fn queue_gather<K: SelectKey>(
+    fn queue_gather<K: SelectKey>(
         &self,
         keys: &DeviceBuffer<K>,
         positions: Option<&[u64]>,

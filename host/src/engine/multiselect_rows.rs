@@ -1,5 +1,6 @@
-//! Multiselect of every row of a matrix at once (sort & choose over rows): the rows sorted
-//! side by side, then the wanted ranks read at their places in every row by one gather.
+//! Many ranks of every row of a matrix at once (sort & choose over rows): the rows sorted
+//! side by side, then the wanted ranks read at their places in every row by one gather
+//! (multiselect), or each row's quantiles interpolated where the rows lie (quantiles).
 //!
 //! One multiselect per row pays its launches and the host's round trips once a row (about
 //! 0.2 ms even for a short row on an H200, run 243); here a batch of rows pays them once.
@@ -10,31 +11,32 @@
 //!   rank, so that the stable sort of each padded row (block sorts of 2048, then merge
 //!   passes that never cross a row) leaves the row's own keys first and in order, its NaNs
 //!   included (NaN has the highest rank; the padding ties with it and comes after).
-//! - **Pick.** The ranks a row asks for depend on its NaN count alone (`ranks_of`); rows of
-//!   one count share a table of distinct ranks. Every row is read at the table of a row
-//!   without NaN and, where NaN matters, at its last key (NaN sorts last, so the row holds
-//!   NaN when that is NaN): one gather for all rows, read by the host in groups through the
-//!   device's page-locked staging area ([`Gpu::read_on_host`]), each row handed on from there.
-//! - **NaN.** Rows that hold NaN get their counts, when asked for, by bisection (a gather of
-//!   every such row's middle key a round), then one gather of their own ranks.
+//! - **Pick** (multiselect). Every row is read at the same ranks: one gather for all rows,
+//!   read by the host in groups through the device's page-locked staging area
+//!   ([`Gpu::read_on_host`]), each row handed on from there.
+//! - **Quantiles.** One kernel (`quantiles_rows_<key>`) gives each (row, quantile) its value
+//!   from the sorted row: the row's keys that count (a NaN at its end is found by one read,
+//!   the first NaN by bisection), the method's point, the interpolation in `f64`, the
+//!   host's formulas ([`gpu_select_kernels::quantile`]). The values stay on the device or
+//!   are copied to the host's slice; no key crosses to the host. (Before, the keys of the
+//!   points' ranks were gathered, downloaded and interpolated on the host: 10 000 rows ×
+//!   101 quantiles took 3.1–5.8 ms on an H200, most of it the host writing 8 MB, run 250.)
 //!
 //! A batch holds at most [`Tuning::multiselect_rows_batch_keys`](crate::Tuning) padded keys
-//! (the sort keeps at most three buffers of that many keys, and no indices); more rows go
-//! batch after batch through the same buffers.
+//! (the sort keeps at most three buffers of that many keys, and no indices) and as many
+//! quantile values; more rows go batch after batch through the same buffers.
 
-use std::collections::HashMap;
-use std::collections::hash_map::Entry;
-
-use gpu_select_kernels::OrderedBits;
 use gpu_select_kernels::params::GlobalPtr;
-use gpu_select_kernels::select::multi::GatherKeysParams;
+use gpu_select_kernels::select::multi::{GatherKeysParams, SMALL_THREADS};
+use gpu_select_kernels::select::quantiles::QuantilesRowsParams;
 
-use super::multiselect::{checked_ranks, nan_bits};
+use super::multiselect::checked_ranks;
 use super::sort::Pairs;
 use crate::buffer::DeviceBuffer;
 use crate::error::Result;
-use crate::gpu::Gpu;
-use crate::options::{MAX_SMALL_SORT_LEN, MultiselectAlgorithm};
+use crate::gpu::{Gpu, LaunchShape};
+use crate::options::{MAX_SMALL_SORT_LEN, MultiselectAlgorithm, NanPolicy, QuantileOptions};
+use crate::view::DeviceSliceMut;
 use crate::{Order, SelectKey};
 
 /// The longest row `SortAndChoose` sorts among others (2^24 keys, padded); a longer one is
@@ -62,36 +64,12 @@ pub(crate) fn sorts_rows_together(algorithm: MultiselectAlgorithm, cols: usize) 
     }
 }
 
-/// What a multiselect of rows hands its caller for a row: the payload of the `ranks_of`
-/// call that named the row's ranks, and the keys of those ranks.
-pub(crate) struct RowKeys<'a, K, P> {
-    /// What `ranks_of` returned beside the ranks.
-    pub payload: &'a P,
-    /// The keys of the call's distinct ranks, ascending (the first call's followed by the
-    /// row's last key where NaN matters).
-    distinct_keys: &'a [K],
-    /// Where each asked rank's key is among them.
-    slot_of: &'a [usize],
-}
-
-impl<K: Copy, P> RowKeys<'_, K, P> {
-    /// The keys of the row's ranks, in the order `ranks_of` named them.
-    pub(crate) fn keys(&self) -> impl ExactSizeIterator<Item = K> + '_ {
-        self.slot_of.iter().map(|&slot| self.distinct_keys[slot])
-    }
-}
-
-/// How a multiselect of rows treats the rows' NaN keys, on which the ranks it asks for may
-/// depend (`ranks_of(nan_count)`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum RowNans {
-    /// The ranks do not depend on them (multiselect: NaN is a key like any): every count 0,
-    /// no pass to find them.
-    Ignored,
-    /// Only whether a row holds any: its count 1 when it does (numpy's `quantile`).
-    Found,
-    /// Their number in each row (numpy's `nanquantile`).
-    Counted,
+/// Where quantiles of rows go: the host's memory, or the device's.
+pub(crate) enum RowsOut<'a> {
+    /// A host slice of `rows · m` values.
+    Host(&'a mut [f64]),
+    /// A device view of `rows · m` values (of the keys' device).
+    Device(DeviceSliceMut<'a, f64>),
 }
 
 /// Keys a sorted row takes: the row's `cols`, padded beyond 2048 to a power of two times
@@ -101,24 +79,6 @@ fn padded_len(cols: usize) -> usize {
         cols
     } else {
         cols.div_ceil(MAX_SMALL_SORT_LEN).next_power_of_two() * MAX_SMALL_SORT_LEN
-    }
-}
-
-/// The distinct ranks of a list (sorted), and where each asked rank's key is among them.
-#[derive(Debug)]
-struct DistinctRanks {
-    distinct: Vec<u64>,
-    slot_of: Vec<usize>,
-}
-
-impl DistinctRanks {
-    fn new(ranks: &[u64]) -> Self {
-        let mut distinct = ranks.to_vec();
-        distinct.sort_unstable();
-        distinct.dedup();
-        let slot_of =
-            ranks.iter().map(|rank| distinct.binary_search(rank).expect("a rank of the list")).collect();
-        Self { distinct, slot_of }
     }
 }
 
@@ -136,116 +96,88 @@ fn keys_only<K: SelectKey>(keys: &DeviceBuffer<K>) -> Pairs<K> {
     Pairs { keys: keys.global_ptr(), indices: GlobalPtr::null() }
 }
 
-/// The `ranks_of` calls of one multiselect of rows: one per NaN count met (a payload and
-/// the distinct ranks each), most rows sharing the first.
-struct RankCalls<P> {
-    calls: Vec<(P, DistinctRanks)>,
-    of_count: HashMap<u64, usize>,
-}
-
-impl<P> RankCalls<P> {
-    /// The call for rows of `nan_count` NaNs among `cols` keys, made on first need.
-    fn of(
-        &mut self,
-        nan_count: u64,
-        cols: usize,
-        ranks_of: &mut impl FnMut(u64) -> Result<(P, Vec<u64>)>,
-    ) -> Result<usize> {
-        match self.of_count.entry(nan_count) {
-            Entry::Occupied(entry) => Ok(*entry.get()),
-            Entry::Vacant(entry) => {
-                let (payload, ranks) = ranks_of(nan_count)?;
-                self.calls.push((payload, DistinctRanks::new(&checked_ranks(ranks, cols as u64)?)));
-                Ok(*entry.insert(self.calls.len() - 1))
-            }
-        }
-    }
-
-    /// What `emit` gets for a row of call `call` whose distinct keys are `distinct_keys`.
-    fn row_keys<'a, K>(&'a self, call: usize, distinct_keys: &'a [K]) -> RowKeys<'a, K, P> {
-        let (payload, ranks) = &self.calls[call];
-        RowKeys { payload, distinct_keys, slot_of: &ranks.slot_of }
-    }
-}
-
 impl Gpu {
-    /// The keys of the ranks `ranks_of(nan_count)` names (from 0, smallest first, in the
-    /// total order: NaN above +inf; beside them a payload of the caller's) in each of the
-    /// `rows` rows of the row-major `keys`, by sorting the rows together (module docs),
-    /// handed to `emit(row, keys)` once for every row, in no set order. `rows > 0` divides
-    /// `keys.len() > 0`; `nans` says what `nan_count` is. Waits for the result.
-    pub(crate) fn multiselect_rows_by_sort<K: SelectKey, P>(
+    /// The keys of `ranks` (from 0, smallest first, in the total order: NaN above +inf) in
+    /// each of the `rows` rows of the row-major `keys`, by sorting the rows together (module
+    /// docs), handed to `emit(row, keys)` once for every row (the keys in the order of
+    /// `ranks`), in no set order. `rows > 0` divides `keys.len() > 0`. Waits for the result.
+    pub(crate) fn multiselect_rows_by_sort<K: SelectKey>(
         &self,
         keys: &DeviceBuffer<K>,
         rows: usize,
-        nans: RowNans,
-        mut ranks_of: impl FnMut(u64) -> Result<(P, Vec<u64>)>,
-        mut emit: impl FnMut(usize, RowKeys<'_, K, P>),
+        ranks: Vec<u64>,
+        mut emit: impl FnMut(usize, &[K]),
     ) -> Result<()> {
         let cols = keys.len() / rows;
         let padded = padded_len(cols);
+        let ranks = self.upload(&checked_ranks(ranks, cols as u64)?)?;
         let batch_rows = (self.tuning().multiselect_rows_batch_keys / padded).clamp(1, rows);
         let buffers = self.row_sort_buffers::<K>(batch_rows, cols)?;
-        let mut calls = RankCalls { calls: Vec::new(), of_count: HashMap::new() };
-        let first_call = calls.of(0, cols, &mut ranks_of)?;
-        // Every row is read at the ranks of a row without NaN and, where NaN matters, at its
-        // last key, NaN when the row holds any (NaN sorts last): one gather for all rows.
-        let nan = nan_bits::<K>().filter(|_| nans != RowNans::Ignored);
-        let is_nan = |key: &K| nan.is_some_and(|nan| key.to_ordered().to_u64() >= nan);
-        let mut first_positions = calls.calls[first_call].1.distinct.clone();
-        let last = cols as u64 - 1;
-        let last_slot = nan.map(|_| {
-            first_positions.binary_search(&last).unwrap_or_else(|_| {
-                first_positions.push(last);
-                first_positions.len() - 1
-            })
-        });
-        let first_positions = self.upload(&first_positions)?;
         for first in (0..rows).step_by(batch_rows) {
             let count = batch_rows.min(rows - first);
-            let batch = keys.view(first * cols, count * cols);
-            self.sort_rows(&batch, count, cols, &buffers)?;
-            let sorted = &buffers.out;
-            let mut nan_rows = Vec::new();
-            self.read_rows_at(
-                sorted,
-                padded,
-                count,
-                &first_positions,
-                |row, distinct_keys| match last_slot {
-                    Some(slot) if is_nan(&distinct_keys[slot]) => nan_rows.push(row),
-                    _ => emit(first + row, calls.row_keys(first_call, distinct_keys)),
-                },
-            )?;
-            if nan_rows.is_empty() {
-                continue;
-            }
-            let nan_counts = match nans {
-                RowNans::Counted => self.nan_counts_of_rows(sorted, padded, cols, &nan_rows)?,
-                _ => vec![1; nan_rows.len()],
-            };
-            let row_calls: Vec<usize> = nan_counts
-                .iter()
-                .map(|&count| calls.of(count, cols, &mut ranks_of))
-                .collect::<Result<_>>()?;
-            let positions: Vec<u64> = nan_rows
-                .iter()
-                .zip(&row_calls)
-                .flat_map(|(&row, &call)| {
-                    calls.calls[call].1.distinct.iter().map(move |&rank| (row * padded) as u64 + rank)
-                })
-                .collect();
-            let gathered = self.gather_flat(sorted, &positions)?;
-            self.read_on_host(&gathered, |gathered| {
-                let mut start = 0;
-                for (&row, &call) in nan_rows.iter().zip(&row_calls) {
-                    let end = start + calls.calls[call].1.distinct.len();
-                    emit(first + row, calls.row_keys(call, &gathered[start..end]));
-                    start = end;
-                }
-            })?;
+            self.sort_rows(&keys.view(first * cols, count * cols), count, cols, &buffers)?;
+            self.read_rows_at(&buffers.out, padded, count, &ranks, |row, keys| emit(first + row, keys))?;
         }
         Ok(())
+    }
+
+    /// numpy's quantiles `qs` (checked, more than none) of each of the `rows` rows of the
+    /// row-major `keys` by `options`' method and NaN policy, written to `out` row after row,
+    /// by sorting the rows together and interpolating on the device (module docs). `rows > 0`
+    /// divides `keys.len() > 0`; `out` holds `rows · qs.len()` values. Waits for the result.
+    pub(crate) fn quantiles_rows_by_sort<K: SelectKey>(
+        &self,
+        keys: &DeviceBuffer<K>,
+        rows: usize,
+        qs: &[f64],
+        options: &QuantileOptions,
+        mut out: RowsOut<'_>,
+    ) -> Result<()> {
+        let cols = keys.len() / rows;
+        let m = qs.len();
+        let batch_keys = self.tuning().multiselect_rows_batch_keys;
+        // A batch's values are held as its keys are: at most a batch's worth.
+        let batch_rows = (batch_keys / padded_len(cols)).min(batch_keys / m).clamp(1, rows);
+        let buffers = self.row_sort_buffers::<K>(batch_rows, cols)?;
+        let qs_on_device = self.upload(qs)?;
+        let staged = match out {
+            RowsOut::Host(_) => Some(self.alloc_uninit::<f64>(batch_rows * m)?),
+            RowsOut::Device(_) => None,
+        };
+        for first in (0..rows).step_by(batch_rows) {
+            let count = batch_rows.min(rows - first);
+            self.sort_rows(&keys.view(first * cols, count * cols), count, cols, &buffers)?;
+            let values = match (&staged, &out) {
+                (Some(staged), _) => staged.global_ptr(),
+                (None, RowsOut::Device(out)) => out.global_ptr().offset((first * m) as u64),
+                (None, RowsOut::Host(_)) => unreachable!("host output is staged"),
+            };
+            self.launch_quantiles_of_sorted_rows(QuantilesRowsParams {
+                sorted: buffers.out.global_ptr(),
+                row_stride: padded_len(cols) as u64,
+                cols: cols as u64,
+                rows: count as u64,
+                qs: qs_on_device.global_ptr(),
+                m: m as u64,
+                out: values,
+                method: options.method.to_raw(),
+                omit_nan: u32::from(options.nan == NanPolicy::Omit),
+            })?;
+            if let (Some(staged), RowsOut::Host(out)) = (&staged, &mut out) {
+                self.copy_to_host(&staged.view(0, count * m), &mut out[first * m..(first + count) * m])?;
+            }
+        }
+        if let RowsOut::Device(_) = out {
+            self.synchronize()?;
+        }
+        Ok(())
+    }
+
+    /// Queues the quantiles kernel on `params` (`rows · m` values, more than 0).
+    fn launch_quantiles_of_sorted_rows<K: SelectKey>(&self, params: QuantilesRowsParams<K>) -> Result<()> {
+        let blocks = (params.rows * params.m).div_ceil(SMALL_THREADS as u64).min(1024) as u32;
+        let shape = LaunchShape { grid: (blocks, 1), block_threads: SMALL_THREADS, shared_bytes: 0 };
+        self.launch(K::QUANTILES_ROWS, shape, params)
     }
 
     /// The buffers that sort a batch of `batch_rows` rows of `cols` keys.
@@ -299,45 +231,6 @@ impl Gpu {
         self.launch_sort_pairs_in_segments(input, false, scratch, out, len, padded, Order::Smallest)
     }
 
-    /// The NaN count of each of the sorted `rows` (whose last key is NaN), by bisection: a
-    /// gather of every such row's middle key a round.
-    fn nan_counts_of_rows<K: SelectKey>(
-        &self,
-        sorted: &DeviceBuffer<K>,
-        padded: usize,
-        cols: usize,
-        rows: &[usize],
-    ) -> Result<Vec<u64>> {
-        let nan = nan_bits::<K>().expect("rows with NaN hold float keys");
-        let mut counts = vec![0; rows.len()];
-        // Each row's first NaN lies in `low ..= high` (the last key is one).
-        let mut open: Vec<(usize, u64, u64)> = (0..rows.len()).map(|i| (i, 0, cols as u64 - 1)).collect();
-        loop {
-            open.retain(|&(i, low, high)| {
-                if low == high {
-                    counts[i] = cols as u64 - low;
-                }
-                low < high
-            });
-            if open.is_empty() {
-                return Ok(counts);
-            }
-            let positions: Vec<u64> =
-                open.iter().map(|&(i, low, high)| (rows[i] * padded) as u64 + (low + high) / 2).collect();
-            let middles = self.gather_flat(sorted, &positions)?;
-            self.read_on_host(&middles, |middles| {
-                for ((_, low, high), key) in open.iter_mut().zip(middles) {
-                    let middle = (*low + *high) / 2;
-                    if key.to_ordered().to_u64() >= nan {
-                        *high = middle;
-                    } else {
-                        *low = middle + 1;
-                    }
-                }
-            })?;
-        }
-    }
-
     /// Reads the keys at `positions` (a device array) in each of the `count` sorted rows
     /// `padded` keys apart, handing each row's to `read(row, keys)` in order: gathered in
     /// groups of rows whose keys fit [`Tuning::host_staging_bytes`](crate::Tuning), each
@@ -377,19 +270,6 @@ impl Gpu {
         }
         Ok(())
     }
-
-    /// The keys of `keys` at `positions`, gathered on the device.
-    fn gather_flat<K: SelectKey>(
-        &self,
-        keys: &DeviceBuffer<K>,
-        positions: &[u64],
-    ) -> Result<DeviceBuffer<K>> {
-        let gathered = self.alloc_uninit::<K>(positions.len())?;
-        if !positions.is_empty() {
-            self.queue_gather(keys, Some(positions), &gathered)?;
-        }
-        Ok(gathered)
-    }
 }
 
 #[cfg(test)]
@@ -403,13 +283,6 @@ mod tests {
         {
             assert_eq!(padded_len(cols), padded, "cols = {cols}");
         }
-    }
-
-    #[test]
-    fn distinct_ranks_answer_in_the_asked_order() {
-        let ranks = DistinctRanks::new(&[7, 3, 7, 0, 3]);
-        assert_eq!(ranks.distinct, [0, 3, 7]);
-        assert_eq!(ranks.slot_of, [2, 1, 2, 0, 1]);
     }
 
     #[test]
