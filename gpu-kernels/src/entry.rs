@@ -8,7 +8,7 @@
 use half::{bf16, f16};
 
 use crate::bandwidth::{ReadFloorParams, read_floor};
-use crate::block::bitonic_sort::sort_segments;
+use crate::block::bitonic_sort::{sort_segment_keys, sort_segments};
 use crate::gather::{GatherIndicesParams, gather_indices};
 use crate::key::Key;
 use crate::knn::norms::{NormsParams, squared_norms_bf16, squared_norms_f16, squared_norms_f32};
@@ -84,6 +84,8 @@ impl<P> core::fmt::Debug for KernelId<P> {
 pub trait KernelKey: Key {
     /// Block bitonic sort of segments of up to 2048 keys.
     const BLOCK_SORT: KernelId<BlockSortParams<Self>>;
+    /// Block bitonic sort of segments of up to 2048 keys, keys alone (no index).
+    const BLOCK_SORT_KEYS: KernelId<BlockSortParams<Self>>;
     /// Bitonic top-k reduction pass, k ≤ 32.
     const TOPK_BITONIC_Q1: KernelId<TopKParams<Self>>;
     /// Bitonic top-k reduction pass, k ≤ 64.
@@ -198,6 +200,7 @@ pub trait KernelKey: Key {
 crate::__kernel_table! {
     keyed for [f32, f64, i32, u32, i64, u64, f16, bf16] {
         BLOCK_SORT = block_sort(BlockSortParams) => sort_segments;
+        BLOCK_SORT_KEYS = block_sort_keys(BlockSortParams) => sort_segment_keys;
         MERGE_RUNS = merge_runs(MergeParams) => merge_runs;
         TOPK_BITONIC_Q1 = topk_bitonic_q1(TopKParams) => reduce_q1;
         TOPK_BITONIC_Q2 = topk_bitonic_q2(TopKParams) => reduce_q2;

@@ -25,6 +25,9 @@
 //! reads (SampleSelect's sample), in a block of any number of warps: half the shuffles and
 //! shared-memory traffic, and with 1024 threads of two keys each, four times the warps to
 //! hide each stage's latency (the sample kernel's 2048 keys: 24 → 10–17 µs on an H100).
+//! [`sort_segment_keys`] (the `block_sort_keys_<key>` kernel) runs it over whole segments,
+//! as [`sort_segments`] does, for sorts that carry no index (the rows of quantiles), and
+//! writes each key back from its bits instead of gathering it from its input position.
 
 use crate::device::{self, SharedLayout, SharedRegion, SharedSlice};
 use crate::key::{Key, OrderedBits};
@@ -82,6 +85,17 @@ impl<B> BlockSortLayout<B> {
         let (layout, bits) = layout.push::<B>(slots);
         let (layout, positions) = layout.push::<u32>(slots);
         (layout, Self { bits, positions, bytes: layout.bytes() })
+    }
+
+    /// The layout of [`sort_segment_keys`] for segments of `segment_len` keys: the block's
+    /// 2048 slots' bits when segments are longer than one warp's 256 slots, nothing
+    /// otherwise; no positions.
+    pub const fn keys_only(segment_len: u32) -> Self {
+        let slots =
+            if sort_capacity(segment_len) as usize > WARP_SLOTS { MAX_BLOCK_SORT_LEN as usize } else { 0 };
+        let (layout, bits) = SharedLayout::new().push::<B>(slots);
+        let (layout, positions) = layout.push::<u32>(0);
+        Self { bits, positions, bytes: layout.bytes() }
     }
 
     /// The layout of [`sort_keys`] for `len` keys, after the regions of `layout`: the slots'
@@ -291,6 +305,57 @@ pub unsafe fn sort_segments<K: Key>(params: BlockSortParams<K>) {
                     params.indices_out.write(out, index);
                 }
             }
+        }
+    }
+}
+
+/// The `block_sort_keys_<key>` kernel: [`sort_segments`] of keys alone, for a sort whose
+/// positions no one reads (the rows of a multiselect or of quantiles). The network runs on
+/// the keys' ordered bits only (half the shuffles and shared-memory traffic, fewer
+/// registers) and each key is written back from its bits, not gathered from its input
+/// position: equal keys are the same bits, so the result is the stable sort's, except that
+/// every NaN comes back as the canonical quiet NaN ([`Key::from_ordered`]).
+///
+/// # Safety
+/// As [`sort_segments`] (the indices unused), with [`BlockSortLayout::keys_only`] of shared
+/// memory.
+pub unsafe fn sort_segment_keys<K: Key>(params: BlockSortParams<K>) {
+    let segment_len = params.segment_len as usize;
+    let capacity = sort_capacity(params.segment_len) as usize;
+    let largest_first = Order::from_raw(params.order) == Order::Largest;
+    let first_segment = device::block_idx_x() as u64 * segments_per_block(params.segment_len) as u64;
+    let lane = device::lane_id() as usize;
+    let warp_base = device::warp_id() as usize * WARP_SLOTS;
+    // As in `sort_segments`: where slot `slot`'s segment starts in the input, if it is one.
+    let segment_start = |slot: usize| {
+        let segment = first_segment + (slot / capacity) as u64;
+        (segment < params.segments as u64).then_some(segment * segment_len as u64)
+    };
+    // Largest first: the complemented bits sort ascending, and are complemented back.
+    let flip = |bits: K::Bits| if largest_first { bits.complement() } else { bits };
+
+    let mut pairs = WarpPairs::<K::Bits, PAIRS_PER_THREAD>::padding();
+    for r in 0..PAIRS_PER_THREAD {
+        let slot = warp_base + r * 32 + lane;
+        let key = slot % capacity;
+        if let Some(start) = segment_start(slot)
+            && key < segment_len
+        {
+            pairs.bits[r] = flip(unsafe { params.keys_in.read(start + key as u64) }.to_ordered());
+        }
+    }
+    let layout = BlockSortLayout::<K::Bits>::keys_only(params.segment_len);
+    unsafe { sort_keys(&mut pairs, capacity, &layout) };
+
+    // Padding (`MAX` bits) sorts after every key, or ties with keys of `MAX` bits, which are
+    // the same: each segment's first `segment_len` slots are its keys in order.
+    for r in 0..PAIRS_PER_THREAD {
+        let slot = warp_base + r * 32 + lane;
+        let key = slot % capacity;
+        if let Some(start) = segment_start(slot)
+            && key < segment_len
+        {
+            unsafe { params.keys_out.write(start + key as u64, K::from_ordered(flip(pairs.bits[r]))) };
         }
     }
 }

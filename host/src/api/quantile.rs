@@ -116,7 +116,8 @@ impl Gpu {
     /// count within a row). [`MultiselectAlgorithm::Auto`] sorts the rows together (a batch
     /// of many rows at once) when they hold at most 2^20 keys each, and runs a bucket
     /// multiselect per row beyond; [`MultiselectAlgorithm::SortAndChoose`] sorts them
-    /// together up to 2^24 keys a row. Rows sorted together report 0 passes.
+    /// together up to 2^24 keys a row. Rows sorted together report 0 passes (and a NaN key
+    /// as the canonical NaN).
     ///
     /// Errors: as [`Gpu::multiselect`] (a rank is checked against the row's length);
     /// [`Error::InvalidArgument`] when `rows` is 0 or does not divide the keys. Waits for

@@ -15,7 +15,9 @@ use crate::{Order, SelectKey};
 impl Gpu {
     /// Queues the block sort of `segments` segments of `segment_len` keys at `input` into
     /// `output` (validated by the caller). Each key reports its index from `input.indices`,
-    /// or its position in the segment when that is null.
+    /// or its position in the segment when that is null. With both index arrays null only
+    /// keys are sorted, by the keys-only kernel (`block_sort_keys_<key>`: the network on the
+    /// keys' bits alone; NaN keys come back as the canonical NaN).
     pub(crate) fn launch_block_sort<K: SelectKey>(
         &self,
         input: Pairs<K>,
@@ -34,12 +36,18 @@ impl Gpu {
             segments,
             reserved: 0,
         };
+        let keys_only = input.indices.is_null() && output.indices.is_null();
+        let (kernel, layout) = if keys_only {
+            (K::BLOCK_SORT_KEYS, BlockSortLayout::<K::Bits>::keys_only(segment_len))
+        } else {
+            (K::BLOCK_SORT, BlockSortLayout::<K::Bits>::new(segment_len))
+        };
         let shape = LaunchShape {
             grid: (segments.div_ceil(segments_per_block(segment_len)), 1),
             block_threads: SORT_THREADS,
-            shared_bytes: BlockSortLayout::<K::Bits>::new(segment_len).bytes,
+            shared_bytes: layout.bytes,
         };
-        self.launch(K::BLOCK_SORT, shape, params)
+        self.launch(kernel, shape, params)
     }
 
     /// Queues a stable sort of `len` key + index pairs of any length: the block sort makes
@@ -158,6 +166,61 @@ const _: () = {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpu_select_kernels::OrderedBits;
+
+    /// The keys-only block sort (both index arrays null) against a sort of the keys' ordered
+    /// bits, in both orders, for segments from 1 key to 2048 (several to a block, one warp's
+    /// slots, the shared-memory stages), keys with NaN, ±0 and repeats. On the GPU when
+    /// `GPU_SELECT_BACKEND` names one.
+    fn keys_only_sort_of<K: SelectKey>(gpu: &Gpu, make: impl Fn(u64) -> K) {
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        for segment_len in [1usize, 5, 256, 300, 1024, 2048] {
+            let segments = 7;
+            let keys: Vec<K> = (0..segment_len * segments)
+                .map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    make(state)
+                })
+                .collect();
+            let input = gpu.upload(&keys).unwrap();
+            for order in [Order::Smallest, Order::Largest] {
+                let out = gpu.alloc_zeroed::<K>(keys.len()).unwrap();
+                let pairs = |buffer: &crate::buffer::DeviceBuffer<K>| Pairs {
+                    keys: buffer.global_ptr(),
+                    indices: GlobalPtr::null(),
+                };
+                gpu.launch_block_sort(pairs(&input), segment_len as u32, segments as u32, order, pairs(&out))
+                    .unwrap();
+                let got = gpu.download(&out).unwrap();
+                for (segment, (got, keys)) in
+                    got.chunks_exact(segment_len).zip(keys.chunks_exact(segment_len)).enumerate()
+                {
+                    let mut expected: Vec<u64> = keys.iter().map(|k| k.to_ordered().to_u64()).collect();
+                    expected.sort_unstable();
+                    if order == Order::Largest {
+                        expected.reverse();
+                    }
+                    let got: Vec<u64> = got.iter().map(|k| k.to_ordered().to_u64()).collect();
+                    assert_eq!(got, expected, "{} {segment_len} {order:?} segment {segment}", K::NAME);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn keys_only_block_sort_sorts_each_segment() {
+        let gpu = Gpu::from_env().unwrap();
+        let specials = [f32::NAN, -0.0, 0.0, f32::INFINITY, f32::NEG_INFINITY, -f32::NAN];
+        keys_only_sort_of::<f32>(&gpu, |r| {
+            if r % 5 == 0 { specials[(r >> 8) as usize % specials.len()] } else { (r % 64) as f32 - 32.0 }
+        });
+        keys_only_sort_of::<f64>(&gpu, |r| if r % 7 == 0 { f64::NAN } else { (r >> 11) as f64 * -1e-3 });
+        keys_only_sort_of::<half::bf16>(&gpu, |r| half::bf16::from_bits(r as u16));
+        keys_only_sort_of::<i64>(&gpu, |r| if r % 3 == 0 { i64::MAX } else { r as i64 });
+        keys_only_sort_of::<u32>(&gpu, |r| if r % 3 == 0 { u32::MAX } else { (r >> 40) as u32 });
+    }
 
     #[test]
     fn keys_only_pairs_stay_keys_only_further_on() {
