@@ -4,7 +4,7 @@
 
 use gpu_select_kernels::block::bitonic_sort::{BlockSortLayout, SORT_THREADS, segments_per_block};
 use gpu_select_kernels::entry::KernelKey;
-use gpu_select_kernels::merge::{MERGE_THREADS, MergeParams, merge_threads_for};
+use gpu_select_kernels::merge::{MERGE_THREADS, MERGE_TILE, MergeLayout, MergeParams, merge_blocks_for};
 use gpu_select_kernels::params::{BlockSortParams, GlobalPtr};
 
 use crate::error::{Error, Result};
@@ -120,10 +120,15 @@ impl Gpu {
                 order: order.to_raw(),
                 reserved: 0,
             };
-            let blocks = merge_threads_for(len).div_ceil(MERGE_THREADS as u64);
-            let blocks = u32::try_from(blocks)
+            // Runs of 2048 · 2^j: multiples of half a merge tile (the kernel's condition).
+            debug_assert!(run_len.is_multiple_of(MERGE_TILE / 2));
+            let blocks = u32::try_from(merge_blocks_for(len))
                 .map_err(|_| Error::invalid(format!("{len} pairs: too many to merge in one launch")))?;
-            let shape = LaunchShape { grid: (blocks, 1), block_threads: MERGE_THREADS, shared_bytes: 0 };
+            let shape = LaunchShape {
+                grid: (blocks, 1),
+                block_threads: MERGE_THREADS,
+                shared_bytes: MergeLayout::<K>::new().bytes,
+            };
             self.launch(K::MERGE_RUNS, shape, params)?;
             std::mem::swap(&mut from, &mut to);
             run_len *= 2;
