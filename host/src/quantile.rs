@@ -34,36 +34,23 @@ pub(crate) fn quantile_ranks(
     (Some(points), ranks)
 }
 
-/// The quantiles from their points and the keys of their ranks (as [`quantile_ranks`]
-/// named them); `count` NaNs without points.
+/// The quantiles from their points and the keys of their ranks (two per point, as
+/// [`quantile_ranks`] named them); `count` NaNs without points.
 pub(crate) fn quantile_values<K: gpu_select_kernels::Key>(
     points: Option<&[QuantilePoint]>,
     keys: &[K],
     count: usize,
 ) -> Vec<f64> {
-    let mut values = vec![0.0; count];
-    write_quantile_values(points, keys.iter().copied(), &mut values);
-    values
-}
-
-/// [`quantile_values`] written to `values` (one per point, or all NaN without points), the
-/// keys taken in order from an iterator.
-pub(crate) fn write_quantile_values<K: gpu_select_kernels::Key>(
-    points: Option<&[QuantilePoint]>,
-    mut keys: impl Iterator<Item = K>,
-    values: &mut [f64],
-) {
     let Some(points) = points else {
-        values.fill(f64::NAN);
-        return;
+        return vec![f64::NAN; count];
     };
-    debug_assert_eq!(points.len(), values.len());
-    for (value, point) in values.iter_mut().zip(points) {
-        let (Some(below), Some(above)) = (keys.next(), keys.next()) else {
-            unreachable!("two keys per point, as quantile_ranks named them");
-        };
-        *value = point.value(below.to_f64(), above.to_f64());
-    }
+    debug_assert_eq!(points.len(), count);
+    debug_assert_eq!(keys.len(), 2 * count);
+    points
+        .iter()
+        .zip(keys.chunks_exact(2))
+        .map(|(point, pair)| point.value(pair[0].to_f64(), pair[1].to_f64()))
+        .collect()
 }
 
 #[cfg(test)]
