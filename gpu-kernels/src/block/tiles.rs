@@ -237,6 +237,35 @@ impl BucketRuns {
     }
 }
 
+/// Counts a whole tile's buckets, `buckets[i]` for each item of the calling thread, into a
+/// shared histogram: one atomic for the warp when all its items share a bucket (all-equal
+/// or sorted input), one for the thread when its items do, else one an item.
+///
+/// On spread input no run of equal buckets forms, and [`BucketRuns`]' test a key (a branch
+/// and its reconvergence, about 9 instructions) buys nothing; here a thread pays about one
+/// comparison an item and a vote a tile. Ties between lanes of spread input still meet in
+/// the atomics, as before.
+///
+/// # Safety
+/// *Warp-wide* (every lane calls it together); every bucket below `histogram.len()`; the
+/// counts fit `u32`.
+#[inline(always)]
+pub unsafe fn count_tile_buckets(histogram: &SharedSlice<u32>, buckets: &[u32; TILE_ITEMS]) {
+    let first = buckets[0];
+    let mut same = true;
+    unroll_items!(i => { same &= buckets[i] == first; });
+    let lane_0s = unsafe { device::shfl_idx_u32(u32::MAX, first, 0) };
+    if unsafe { device::all(u32::MAX, same && first == lane_0s) } {
+        if device::lane_id() == 0 {
+            unsafe { histogram.atomic_add(first as usize, (TILE_ITEMS * 32) as u32) };
+        }
+    } else if same {
+        unsafe { histogram.atomic_add(first as usize, TILE_ITEMS as u32) };
+    } else {
+        unroll_items!(i => { unsafe { histogram.atomic_add(buckets[i] as usize, 1) }; });
+    }
+}
+
 impl Default for BucketRuns {
     fn default() -> Self {
         Self::new()

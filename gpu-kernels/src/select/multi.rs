@@ -5,10 +5,11 @@
 //! keys' ordered bits, so that the host knows each label's exact range of bits and
 //! computes the same labels:
 //!
-//! - the first pass maps `[lo, hi]` (the sample's extremes) onto [`FIRST_SLOTS`] slots of
-//!   equal width, and each slot onto a power of two of labels in proportion to the sample's
-//!   keys in it (the paper's kernel density estimate, as a table); keys below `lo`, above
-//!   `hi`, and NaN have a label each ([`FirstPass`]);
+//! - the first pass maps `[lo, hi]` (the sample's extremes) onto fewer than [`FIRST_SLOTS`]
+//!   slots of equal width, and each slot onto a power of two of labels in proportion to the
+//!   sample's keys in it (the paper's kernel density estimate, as a table); keys below `lo`
+//!   join the first label, those past the last slot have a label, and NaN another
+//!   ([`FirstPass`]);
 //! - later passes split each active label's range into a power of two of children by a
 //!   shift ([`Split`]). A child of a single bit pattern holds one value: its ranks are
 //!   answered by its count, and its keys are counted but not kept.
@@ -44,7 +45,7 @@
 
 use crate::block::scan::exclusive_scan_add_u64;
 use crate::block::tiles::{
-    BucketRuns, TILE, TILE_ITEMS, TILE_THREADS, TILE_WARPS, block_range, load_keys,
+    TILE, TILE_ITEMS, TILE_THREADS, TILE_WARPS, block_range, count_tile_buckets, load_keys,
     load_tile_vectors_evict_first, load_tile_vectors_opaque, unroll_items,
 };
 use crate::device::{self, SharedLayout, SharedRegion, SharedSlice};
@@ -76,62 +77,82 @@ const PICK_DIGITS: usize = SMALL_THREADS as usize;
 /// Count rows each thread of [`totals`] sums (the grid's `y` covers the blocks).
 pub const TOTALS_ROWS: u32 = 16;
 
-/// The first pass's labels (see the module docs): with `d = bits − lo` for bits in
-/// `[lo, hi]`, slot `d >> slot_shift` and label `base + ((d & slot_mask) >> shift)` from
-/// the slot's table entry (`base | shift << 16`).
+/// The first pass's labels (see the module docs). With `d = max(bits, lo) − lo` clamped to
+/// `limit`, slot `d >> slot_shift` and the label `adjust + (d >> shift)` from the slot's
+/// table entry ([`FirstPass::entry`]); keys at or above `nan` get `nan_label`.
+///
+/// The clamps fold the keys outside the slots into table entries: keys below `lo` count
+/// as `lo` (the first slot's first label holds them), keys past the slots' end reach the
+/// entry at `limit >> slot_shift`, the label above them all (the host's table makes it
+/// one). The last slot holds its whole width (up to the label above), not only up to the
+/// sample's largest key.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FirstPass {
     /// Ordered bits of the sample's smallest key.
     pub lo: u64,
-    /// Ordered bits of the sample's largest key (not NaN).
-    pub hi: u64,
-    /// Ordered bits of NaN (floats; integers: any, their NaN label is `above`).
+    /// The largest `d`: the slots' end (`slots << slot_shift`), or the largest key's
+    /// `d` (`Bits::MAX − lo`) when the slots reach it.
+    pub limit: u64,
+    /// Ordered bits of NaN (floats); integers: all ones (`u64::MAX`, narrowed to the keys'
+    /// width), whose `nan_label` is the label the table gives them.
     pub nan: u64,
-    /// `(hi − lo) >> slot_shift < FIRST_SLOTS`.
+    /// `(hi − lo) >> slot_shift < FIRST_SLOTS − 1` for the sample's largest key `hi`: a
+    /// table entry is left for the label above the slots.
     pub slot_shift: u32,
-    /// Label of the keys below `lo` (0).
-    pub below: u32,
-    /// Label of the keys above `hi` that are not NaN.
-    pub above: u32,
-    /// Label of NaN keys (floats; integers: `above`).
+    /// Label of NaN keys (floats; integers: the table's label of all ones).
     pub nan_label: u32,
 }
 
+/// Bits of a slot table entry that hold its shift; the bits above hold its adjustment.
+const ENTRY_SHIFT_BITS: u32 = 6;
+
 impl FirstPass {
     /// The `slot_shift` of a table over `[lo, hi]` (ordered bits, `lo ≤ hi`): the least
-    /// shift that leaves at most [`FIRST_SLOTS`] slots.
+    /// shift that leaves at most `FIRST_SLOTS − 1` slots.
     #[inline(always)]
     pub fn slot_shift_of(lo: u64, hi: u64) -> u32 {
         let width = 64 - (hi - lo).leading_zeros();
-        width.saturating_sub(FIRST_SLOTS.trailing_zeros())
+        let shift = width.saturating_sub(FIRST_SLOTS.trailing_zeros());
+        if (hi - lo) >> shift >= FIRST_SLOTS as u64 - 1 { shift + 1 } else { shift }
+    }
+
+    /// The table entry of a slot whose labels are `base + ((d − (slot << slot_shift)) >>
+    /// shift)` (`shift ≤ slot_shift`, below 64; `slot_shift − shift ≤ 13`, `slot <
+    /// FIRST_SLOTS`, `base < 2^13`): the base less the slot's start in children, which
+    /// leaves one addition a key, and the shift.
+    pub fn entry(slot: u32, slot_shift: u32, base: u32, shift: u32) -> u32 {
+        let adjust = base.wrapping_sub(slot << (slot_shift - shift));
+        adjust << ENTRY_SHIFT_BITS | shift
     }
 
     /// The label of a key's ordered bits, from the slot table `entry(slot)` (`slot <
     /// FIRST_SLOTS`), in the keys' own width (32-bit arithmetic for 32-bit keys). The host
     /// calls the same function.
     ///
-    /// Without branches: the table is read for every key (at a clamped slot for keys outside
-    /// `[lo, hi]`) and the label selected, so a warp's lanes never part. (With three
-    /// branches a key, each with its reconvergence, the filter's machine code spent about 38
-    /// instructions a key on the label and the slot alone: H200, run 189.)
+    /// Without branches, and with the keys outside the slots folded into the table by two
+    /// clamps (see [`FirstPass`]): about a dozen instructions a key. (With three branches a
+    /// key, each with its reconvergence, the filter's machine code spent about 38
+    /// instructions a key on the label and the slot alone: H200, run 189; then tests and
+    /// selects of the keys below, above and inside, 15.)
     #[inline(always)]
     pub fn label_of<B: OrderedBits>(&self, bits: B, entry: impl Fn(usize) -> u32) -> u32 {
-        let (lo, hi) = (B::from_u64(self.lo), B::from_u64(self.hi));
-        // Keys below `lo` wrap around to above `hi − lo`: one comparison tells the inside.
-        let d = bits.wrapping_sub(lo);
-        let inside = d <= hi.wrapping_sub(lo);
-        let slot = (d.shr(self.slot_shift).low_u32() as usize).min(FIRST_SLOTS - 1);
-        let entry = entry(slot);
-        let within = d.and(B::from_u64((1u64 << self.slot_shift) - 1));
-        let shift = entry >> 16;
-        // The host's entries shift by less than the keys' width (by at most `slot_shift`);
-        // said here, the shift needs no mask (one instruction a key).
+        let label = self.table_label(bits, entry);
+        if bits >= B::from_u64(self.nan) { self.nan_label } else { label }
+    }
+
+    /// [`FirstPass::label_of`] before NaN's label: the table's.
+    #[inline(always)]
+    pub fn table_label<B: OrderedBits>(&self, bits: B, entry: impl Fn(usize) -> u32) -> u32 {
+        let lo = B::from_u64(self.lo);
+        let d = bits.max(lo).wrapping_sub(lo).min(B::from_u64(self.limit));
+        let entry = entry(d.shr(self.slot_shift).low_u32() as usize);
+        let shift = entry & ((1 << ENTRY_SHIFT_BITS) - 1);
+        // The host's entries shift by less than the keys' width; said here, the shift
+        // needs no clamp.
         unsafe { core::hint::assert_unchecked(shift < B::BITS) };
-        let from_table = (entry & 0xffff) + within.shr(shift).low_u32();
-        let above = if bits >= B::from_u64(self.nan) { self.nan_label } else { self.above };
-        let outside = if bits < lo { self.below } else { above };
-        if inside { from_table } else { outside }
+        let adjust = ((entry as i32) >> ENTRY_SHIFT_BITS) as u32;
+        adjust.wrapping_add(d.shr(shift).low_u32())
     }
 }
 
@@ -642,16 +663,15 @@ pub unsafe fn count<K: Key>(params: MultiParams<K>) {
     // Block ranges start on whole tiles, so an aligned buffer gives aligned tiles.
     let vectors = params.keys.address().is_multiple_of(16);
     let (mut smallest, mut largest) = (K::Bits::MAX, K::Bits::MIN);
-    let mut runs = BucketRuns::new();
     // Tile t + 1 is loaded before tile t is counted, so that loads are in flight while the
     // block counts (as SampleSelect's count does).
     let load = |at: u64| unsafe { load_any_order::<K, false>(params.keys, at, end, vectors) };
     let mut next = if start < end { load(start) } else { [K::default(); TILE_ITEMS] };
-    let mut count_key = |key: K| {
+    let mut label_of = |key: K| {
         let bits = key.to_ordered();
         smallest = smallest.min(bits);
         largest = largest.max(bits);
-        unsafe { runs.add(&histogram, labels_of.label_of(key)) };
+        unsafe { labels_of.label_of(key) }
     };
     // Whole tiles first, with no test of each key's place (the test and its branch took
     // about a sixth of the loop's instructions); then the block's last, partial tile.
@@ -661,18 +681,19 @@ pub unsafe fn count<K: Key>(params: MultiParams<K>) {
         if tile_start + TILE < end {
             next = load(tile_start + TILE);
         }
-        unroll_items!(i => { count_key(keys[i]); });
+        let mut labels = [0u32; TILE_ITEMS];
+        unroll_items!(i => { labels[i] = label_of(keys[i]); });
+        unsafe { count_tile_buckets(&histogram, &labels) };
         tile_start += TILE;
     }
     if tile_start < end {
         let first = tile_start + device::thread_idx_x() as u64;
         unroll_items!(i => {
             if first + (i as u64) * (TILE_THREADS as u64) < end {
-                count_key(next[i]);
+                unsafe { histogram.atomic_add(label_of(next[i]) as usize, 1) };
             }
         });
     }
-    unsafe { runs.flush(&histogram) };
     unsafe { publish_row(&histogram, params.rows, params.labels as usize) };
 
     let smallest = unsafe { warp::reduce_min_u64(smallest.to_u64()) };

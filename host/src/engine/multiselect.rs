@@ -8,8 +8,9 @@
 //!    shards, the joined sample on each shard's host): its extremes `[lo, hi]` are cut into
 //!    [`FIRST_SLOTS`] slots of equal width in ordered bits, and the [`MAX_LABELS`] labels
 //!    shared out among the slots in proportion to their sample keys (a power of two each:
-//!    the paper's kernel density estimate as a table). Keys below `lo`, above `hi`, and NaN
-//!    have a label each;
+//!    the paper's kernel density estimate as a table). Keys below `lo` join the first
+//!    label; keys past the last slot (which reaches past `hi` to its whole width) have a
+//!    label, and NaN another;
 //! 2. the count pass over the data (the first read);
 //! 3. the labels holding a wanted rank are *active*. Every label's range of bits is known
 //!    exactly here, so a label of one bit pattern answers its ranks at once (all keys
@@ -20,8 +21,8 @@
 //! 4. more filters over the kept keys, until every active label holds at most
 //!    [`Tuning::multiselect_pick_max`](crate::Tuning) keys (2^18; most of the count's
 //!    labels of spread data hold a few times `n / 8192` keys, so the data's second read is
-//!    often the last pass, and the labels below and above the sample about
-//!    `n / (sample + 1)`): the last pass places the active labels' keys
+//!    often the last pass, and the first and last labels hold the keys below and above
+//!    the sample, about `n / (sample + 1)` more): the last pass places the active labels' keys
 //!    together by label, with no split and no counts, and one block per rank picks its key
 //!    among its label's (a radix select). After [`MAX_FILTERS`] filters, or when more than
 //!    half the labels would be active, the last filter's keys are sorted instead and each
@@ -184,6 +185,11 @@ fn first_pass<K: Key>(sample: &SampleSummary, nearest: bool) -> (FirstPass, Vec<
     let SampleSummary { lo, hi, finite, ref per_slot } = *sample;
     let slot_shift = FirstPass::slot_shift_of(lo, hi);
     let slots = per_slot.len();
+    // Keys' bits end at NaN's (every NaN key has them); the last slot reaches as far as the
+    // label above the slots, or to the last key.
+    let above_high = nan.map_or(key_max, |nan| nan - 1);
+    let slot_end = lo as u128 + ((slots as u128) << slot_shift);
+    let limit = if slot_end <= key_max as u128 { (slots as u64) << slot_shift } else { key_max - lo };
     // Labels in proportion to the sample (a quarter key's weight for an empty slot), a power
     // of two per slot, no finer than single bit patterns: the power nearest to the slot's
     // share (in log2), then, while over the budget, the one below it for the slots most
@@ -193,7 +199,7 @@ fn first_pass<K: Key>(sample: &SampleSummary, nearest: bool) -> (FirstPass, Vec<
     let weight = finite as f64 + 0.25 * slots as f64;
     let slot_range = |slot: usize| {
         let slot_low = lo + ((slot as u64) << slot_shift);
-        (slot_low, slot_low.saturating_add((1u64 << slot_shift) - 1).min(hi))
+        (slot_low, slot_low.saturating_add((1u64 << slot_shift) - 1).min(above_high))
     };
     let labels_of = |slot: usize, exponent: u32| {
         let (slot_low, slot_high) = slot_range(slot);
@@ -220,35 +226,34 @@ fn first_pass<K: Key>(sample: &SampleSummary, nearest: bool) -> (FirstPass, Vec<
         }
     }
     let mut space = LabelSpace::default();
-    let below_high = lo.checked_sub(1);
-    space.ranges.push(match below_high {
-        Some(high) => (0, high),
-        None => (1, 0), // empty
-    });
     let mut table = vec![0u32; FIRST_SLOTS];
     for (slot, &exponent) in exponents.iter().enumerate() {
         let (slot_low, slot_high) = slot_range(slot);
         let shift = slot_shift - exponent;
         let base = space.labels() as u32;
-        table[slot] = base | shift << 16;
+        table[slot] = FirstPass::entry(slot as u32, slot_shift, base, shift);
         let children = ((slot_high - slot_low) >> shift) + 1;
         for child in 0..children {
             let low = slot_low + (child << shift);
             space.ranges.push((low, low.saturating_add((1u64 << shift) - 1).min(slot_high)));
         }
     }
+    // The keys below `lo` count as `lo`: the first label holds them.
+    space.ranges[0].0 = 0;
+    // The label above the slots: every `d` clamped to `limit` reaches its entry.
     let above = space.labels() as u32;
-    let above_high = nan.map_or(key_max, |nan| nan - 1);
-    space.ranges.push(if hi < above_high { (hi + 1, above_high) } else { (1, 0) });
-    let nan_label = match nan {
+    table[slots] = FirstPass::entry(slots as u32, slot_shift, above, slot_shift);
+    space.ranges.push(if slot_end <= above_high as u128 { (slot_end as u64, above_high) } else { (1, 0) });
+    let mut first = FirstPass { lo, limit, nan: nan.unwrap_or(u64::MAX), slot_shift, nan_label: 0 };
+    first.nan_label = match nan {
         Some(nan) => {
             // Every NaN key has these bits (the patterns above them are no key's).
             space.ranges.push((nan, nan));
             above + 1
         }
-        None => above,
+        // All ones are a key like the others: the table's label.
+        None => first.table_label(K::Bits::MAX, |slot| table[slot]),
     };
-    let first = FirstPass { lo, hi, nan: nan.unwrap_or(u64::MAX), slot_shift, below: 0, above, nan_label };
     (first, table, space)
 }
 
@@ -900,8 +905,8 @@ impl<'a, K: SelectKey> BucketRun<'a, K> {
 
         let mut progress = place_ranks(&totals, &unique);
         // The smallest and largest keys are the count's extremes: ranks 0 and n − 1 (the
-        // quantiles at 0 and 1) are answered here, not read from the labels below and above
-        // the sample, each of which holds about n / (sample + 1) keys.
+        // quantiles at 0 and 1) are answered here, not read from the first and last labels,
+        // which hold the keys below and above the sample (about n / (sample + 1) each).
         for (p, &rank) in progress.iter_mut().zip(&unique) {
             if rank == 0 {
                 *p = Progress::Found(smallest);
@@ -1247,6 +1252,18 @@ mod tests {
         let mut brains: Vec<u64> =
             (0..1024).map(|_| half::bf16::from_f64(next() as f64 / 1e9).to_ordered() as u64).collect();
         check_first_pass::<half::bf16>(&mut brains);
+        // The last slot against the keys' end: up to infinity (the label above the slots
+        // empty or not), and integers whose slots reach all ones.
+        let mut to_infinity: Vec<u64> =
+            [1e38f32, 3e38, f32::INFINITY, -2.5].iter().map(|&x| x.to_ordered() as u64).collect();
+        check_first_pass::<f32>(&mut to_infinity);
+        let mut near_infinity: Vec<u64> =
+            (0..1024).map(|i| (3e38f32 + i as f32 * 1e31).to_ordered() as u64).collect();
+        check_first_pass::<f32>(&mut near_infinity);
+        let mut every: Vec<u64> = vec![0, u64::MAX, 1 << 40, u64::MAX - 5];
+        check_first_pass::<u64>(&mut every);
+        let mut top: Vec<u64> = (0..1024).map(|i| u32::MAX as u64 - 3 * i).collect();
+        check_first_pass::<u32>(&mut top);
     }
 
     #[test]
