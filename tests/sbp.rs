@@ -13,6 +13,7 @@ use common::{Distribution, SplitMix, TestKey, generate};
 use gpu_select::{
     Algorithm, Error, Gpu, Keys, Order, SelectAlgorithm, SelectOptions, TopKOptions, reference,
 };
+use gpu_select_kernels::topk::sbp::{SBP_TILE, TREE_SAMPLE};
 
 const FORMS: [Algorithm; 2] = [Algorithm::SbpRadix, Algorithm::SbpTree];
 
@@ -120,6 +121,46 @@ fn duplicates_make_blocks_narrow_to_the_last_bit_and_break_ties() {
                     &format!("u64 {context}"),
                 );
             }
+        }
+    }
+}
+
+#[test]
+fn samples_that_mislead_the_tree_still_give_the_top_k() {
+    // Inputs whose sample misleads the tree form's first pass. The first 600 sampled
+    // positions hold 1.0 and every other key lies below it: the splitters (sampled ranks up
+    // to 571 at `k = 1000`, 92 at `k = 128`) are all 1.0, and at `k = 1000` the 600 keys at
+    // or above the top splitter are fewer than `k`, so the top `k` reach into the
+    // catch-all bucket. With all of tile 1 but its sampled positions above 2.0, that tile
+    // is nearly all better than the top splitter. Ascending keys (largest): every tile but
+    // the last holds nothing at or below the top splitter. Both orders. (Also the inputs
+    // of the fallbacks of a first pass that keeps only the keys at or below the top
+    // splitter as it loads: tried in H100 runs 268-269, not landed.)
+    let gpu = common::gpu();
+    let n = 5 * SBP_TILE as usize + 77;
+    let sampled: std::collections::HashSet<usize> =
+        (0..TREE_SAMPLE as usize).map(|slot| slot * n / TREE_SAMPLE as usize).collect();
+    let mut random = SplitMix(21);
+    let mut below_one = move || (random.next() >> 40) as f32 / (1u64 << 25) as f32;
+    let first_sampled: std::collections::HashSet<usize> =
+        (0..600).map(|slot| slot * n / TREE_SAMPLE as usize).collect();
+    let ties_sampled: Vec<f32> =
+        (0..n).map(|i| if first_sampled.contains(&i) { 1.0 } else { below_one() }).collect();
+    let tile = SBP_TILE as usize..2 * SBP_TILE as usize;
+    let tile_above: Vec<f32> = (0..n)
+        .map(|i| match (sampled.contains(&i), tile.contains(&i)) {
+            (true, _) => 1.0,
+            (false, true) => 2.0 + i as f32 / 65_536.0,
+            (false, false) => below_one(),
+        })
+        .collect();
+    let ascending = generate::<f32>(n, Distribution::Ascending, 0);
+    for k in [1, 8, 128, 1000] {
+        for order in [Order::Largest, Order::Smallest] {
+            let options = TopKOptions::new(order).with_algorithm(Algorithm::SbpTree);
+            check(&gpu, &ties_sampled, k, options, &format!("sampled ties k={k} {order:?}"));
+            check(&gpu, &tile_above, k, options, &format!("a tile above the sample k={k} {order:?}"));
+            check(&gpu, &ascending, k, options, &format!("ascending k={k} {order:?}"));
         }
     }
 }

@@ -4,9 +4,10 @@
 # selection forms, every key type) and the design.md §4 top-k matrix with SBP in it, on the
 # GPU; compute-sanitizer over the SBP tests; the bench's `sbp-sweep` (the paper's
 # comparisons: K = 8 … 128, n = 2^21 … 2^29, three datasets, with the read floor); step
-# `tune`: the same sweep at 2^27 with the SBP policy values around the defaults.
+# `tune`: the same sweep at 2^27 with the SBP policy values around the defaults; step `ab`:
+# the sweep by the base binary (bench-selection-base) and the one under test, alternately.
 # Binaries of the commit under test, xz-compressed in .gpu-run/ (test-sbp, test-top_k,
-# bench-selection).
+# bench-selection, and bench-selection-base for `ab`).
 # Usage, from the repository root on the GPU machine: docs/results/sbp-gpu.sh [step…]
 set -uo pipefail
 source "$(dirname "$0")/gpu-lib.sh"
@@ -30,6 +31,17 @@ for step in "${steps[@]}"; do
     sweep) unpack bench-selection
       GPU_SELECT_BENCH_SECTIONS=sbp-sweep GPU_SELECT_RESULTS_DIR=${OUT:-/tmp}/bench timeout 400 \
         /tmp/bench-selection --bench 2>&1 | grep -E "^sbp-sweep|benchmarking|written|panicked" || status=1 ;;
+    ab) unpack bench-selection; unpack bench-selection-base
+      # The sweep at GPU_SELECT_SBP_SWEEP_LOG_N (default 28) by the base binary and the one
+      # under test, alternately, ROUNDS times (default 2): each its own sweep file.
+      for round in $(seq 1 ${ROUNDS:-2}); do
+        for side in base new; do
+          binary=/tmp/bench-selection; [ $side = base ] && binary=/tmp/bench-selection-base
+          dir=${OUT:-/tmp}/ab-$side-$round; mkdir -p $dir
+          GPU_SELECT_SBP_SWEEP_LOG_N=${GPU_SELECT_SBP_SWEEP_LOG_N:-28} GPU_SELECT_BENCH_SECTIONS=sbp-sweep \
+            GPU_SELECT_RESULTS_DIR=$dir timeout 300 $binary --bench 2>&1 | grep -E "written|panicked" || status=1
+        done
+      done ;;
     tune) unpack bench-selection
       # The policy values around the defaults (slack 50 %, least cutoff 32, tree spread 4),
       # at 2^27: each its own sweep file.
