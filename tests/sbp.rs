@@ -138,12 +138,13 @@ fn samples_that_mislead_the_tree_still_give_the_top_k() {
     // splitter as it loads: tried in H100 runs 268-269, not landed.)
     let gpu = common::gpu();
     let n = 5 * SBP_TILE as usize + 77;
-    let sampled: std::collections::HashSet<usize> =
-        (0..TREE_SAMPLE as usize).map(|slot| slot * n / TREE_SAMPLE as usize).collect();
+    // The positions of the tree kernel's first `slots` samples (its strided sample).
+    let sampled_positions = |slots: usize| -> std::collections::HashSet<usize> {
+        (0..slots).map(|slot| slot * n / TREE_SAMPLE as usize).collect()
+    };
+    let (sampled, first_sampled) = (sampled_positions(TREE_SAMPLE as usize), sampled_positions(600));
     let mut random = SplitMix(21);
     let mut below_one = move || (random.next() >> 40) as f32 / (1u64 << 25) as f32;
-    let first_sampled: std::collections::HashSet<usize> =
-        (0..600).map(|slot| slot * n / TREE_SAMPLE as usize).collect();
     let ties_sampled: Vec<f32> =
         (0..n).map(|i| if first_sampled.contains(&i) { 1.0 } else { below_one() }).collect();
     let tile = SBP_TILE as usize..2 * SBP_TILE as usize;

@@ -14,6 +14,13 @@ source "$(dirname "$0")/gpu-lib.sh"
 status=0
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(tests sanitize sweep)
+# The bench's `sbp-sweep` by BINARY into the folder DIR (extra VAR=value settings after them).
+sweep_into() {
+  local binary=$1 dir=$2; shift 2
+  mkdir -p "$dir"
+  env "$@" GPU_SELECT_BENCH_SECTIONS=sbp-sweep GPU_SELECT_RESULTS_DIR="$dir" timeout 400 \
+    "$binary" --bench 2>&1 | grep -E "^sbp-sweep|benchmarking|written|panicked|tuning"
+}
 for step in "${steps[@]}"; do
   started=$(date +%s)
   echo "=== $step"
@@ -29,17 +36,15 @@ for step in "${steps[@]}"; do
           | grep -E "ERROR SUMMARY|RACECHECK SUMMARY|test result|panicked" | head -4
       done ;;
     sweep) unpack bench-selection
-      GPU_SELECT_BENCH_SECTIONS=sbp-sweep GPU_SELECT_RESULTS_DIR=${OUT:-/tmp}/bench timeout 400 \
-        /tmp/bench-selection --bench 2>&1 | grep -E "^sbp-sweep|benchmarking|written|panicked" || status=1 ;;
+      sweep_into /tmp/bench-selection ${OUT:-/tmp}/bench || status=1 ;;
     ab) unpack bench-selection; unpack bench-selection-base
       # The sweep at GPU_SELECT_SBP_SWEEP_LOG_N (default 28) by the base binary and the one
       # under test, alternately, ROUNDS times (default 2): each its own sweep file.
       for round in $(seq 1 ${ROUNDS:-2}); do
         for side in base new; do
           binary=/tmp/bench-selection; [ $side = base ] && binary=/tmp/bench-selection-base
-          dir=${OUT:-/tmp}/ab-$side-$round; mkdir -p $dir
-          GPU_SELECT_SBP_SWEEP_LOG_N=${GPU_SELECT_SBP_SWEEP_LOG_N:-28} GPU_SELECT_BENCH_SECTIONS=sbp-sweep \
-            GPU_SELECT_RESULTS_DIR=$dir timeout 300 $binary --bench 2>&1 | grep -E "written|panicked" || status=1
+          sweep_into $binary ${OUT:-/tmp}/ab-$side-$round \
+            GPU_SELECT_SBP_SWEEP_LOG_N=${GPU_SELECT_SBP_SWEEP_LOG_N:-28} | grep -E "written|panicked" || status=1
         done
       done ;;
     tune) unpack bench-selection
