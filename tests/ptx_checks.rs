@@ -118,8 +118,9 @@ fn kernels_carry_their_launch_bounds() {
             format!(".maxntid {SAMPLE_SORT_THREADS}, 1, 1\n{{")
         } else if name.starts_with("sbp_tree_") {
             format!(".maxntid {TREE_THREADS}, 1, 1\n{{")
-        } else if let Some(key) = name.strip_prefix("sbp_partition_") {
-            match blocks_per_sm(key) {
+        } else if let Some(rest) = name.strip_prefix("sbp_partition_") {
+            // Both partition kernels: `sbp_partition_<key>` and `sbp_partition_tree_<key>`.
+            match blocks_per_sm(rest.strip_prefix("tree_").unwrap_or(rest)) {
                 Some(blocks) => format!(".maxntid {SBP_THREADS}, 1, 1\n.minnctapersm {blocks}\n{{"),
                 None => format!(".maxntid {SBP_THREADS}, 1, 1\n{{"),
             }

@@ -53,7 +53,10 @@ use crate::topk::rows_warp_radix::{
     select_rows_warp_radix, select_rows_warp_radix_128, select_rows_warp_radix_256,
     select_rows_warp_radix_512,
 };
-use crate::topk::sbp::{SbpParams, partition as sbp_partition_body, tree as sbp_tree_body};
+use crate::topk::sbp::{
+    SbpParams, partition as sbp_partition_body, partition_tree_first as sbp_partition_tree_body,
+    tree as sbp_tree_body,
+};
 use crate::topk::sort_choose::{
     SortChooseParams, count as sort_choose_count_body, scan as sort_choose_scan_body,
     scatter as sort_choose_scatter_body,
@@ -189,6 +192,9 @@ pub trait KernelKey: Key {
     /// Split-bucket partition: one pass, each tile reduced to its candidates at a fixed
     /// place.
     const SBP_PARTITION: KernelId<SbpParams<Self>>;
+    /// Split-bucket partition: the search tree form's first pass (its splitters all one
+    /// key: only the keys at or below the top one kept at load).
+    const SBP_PARTITION_TREE: KernelId<SbpParams<Self>>;
     /// Split-bucket partition: the search tree's splitters from a sample (one block).
     const SBP_TREE: KernelId<SbpParams<Self>>;
     /// Merge of neighbouring sorted runs (merge path).
@@ -224,6 +230,7 @@ crate::__kernel_table! {
         ROWS_WARP_RADIX = top_k_rows_warp_radix(RowsParams) => select_rows_warp_radix;
         ROWS_MERGE = top_k_rows_merge(RowsParams) => merge_rows;
         SBP_PARTITION = sbp_partition(SbpParams) => sbp_partition_body;
+        SBP_PARTITION_TREE = sbp_partition_tree(SbpParams) => sbp_partition_tree_body;
         SBP_TREE = sbp_tree(SbpParams) => sbp_tree_body;
         RADIX_COUNT = radix_count(RadixParams) => radix_count_body;
         RADIX_CHOOSE = radix_choose(RadixParams) => radix_choose_body;

@@ -39,7 +39,8 @@ pub const PTXAS_PIP_VERSION: &str = "12.9.86";
 /// Where the committed artifacts live, relative to the workspace root.
 pub const KERNELS_DIR: &str = "host/kernels";
 
-/// Launch bounds, by kernel name prefix: `(prefix, threads, blocks)`. Each matching entry
+/// Launch bounds, by kernel family and key type: `(family, key, threads, blocks)`
+/// ([`bound_applies`]; an empty key: every key type). Each matching entry
 /// gets a `.maxntid threads` directive (what CUDA C's `__launch_bounds__` writes; rustc has
 /// no attribute for it), and with `blocks > 0` a `.minnctapersm blocks` too, so that `ptxas`
 /// and the driver's JIT keep it within the registers a thread may have at that size (64 at
@@ -53,23 +54,31 @@ pub const KERNELS_DIR: &str = "host/kernels";
 /// batched form's row pointers would take it to 144 registers and one block (64-bit keys
 /// took 147 and one block already, and spill at two). `tests/ptx_checks.rs` checks each
 /// entry's directives against the kernel crate's constants, and that no kernel spills.
-pub const LAUNCH_BOUNDS: [(&str, u32, u32); 15] = [
-    ("sample_select_sample_", 1024, 0),
-    ("sbp_tree_", 1024, 0),
-    ("sbp_partition_f32", 256, 4),
-    ("sbp_partition_i32", 256, 4),
-    ("sbp_partition_u32", 256, 4),
-    ("sbp_partition_f16", 256, 3),
-    ("sbp_partition_bf16", 256, 3),
-    ("sbp_partition_f64", 256, 0),
-    ("sbp_partition_i64", 256, 3),
-    ("sbp_partition_u64", 256, 3),
-    ("radix_filter_f32", 256, 2),
-    ("radix_filter_i32", 256, 2),
-    ("radix_filter_u32", 256, 2),
-    ("radix_filter_f16", 256, 2),
-    ("radix_filter_bf16", 256, 2),
+pub const LAUNCH_BOUNDS: [(&str, &str, u32, u32); 15] = [
+    ("sample_select_sample", "", 1024, 0),
+    ("sbp_tree", "", 1024, 0),
+    ("sbp_partition", "f32", 256, 4),
+    ("sbp_partition", "i32", 256, 4),
+    ("sbp_partition", "u32", 256, 4),
+    ("sbp_partition", "f16", 256, 3),
+    ("sbp_partition", "bf16", 256, 3),
+    ("sbp_partition", "f64", 256, 0),
+    ("sbp_partition", "i64", 256, 3),
+    ("sbp_partition", "u64", 256, 3),
+    ("radix_filter", "f32", 256, 2),
+    ("radix_filter", "i32", 256, 2),
+    ("radix_filter", "u32", 256, 2),
+    ("radix_filter", "f16", 256, 2),
+    ("radix_filter", "bf16", 256, 2),
 ];
+
+/// Whether the kernel `name` is of `family` (its name starts `family_`; the SBP partition's
+/// family holds both of its kernels, `sbp_partition_<key>` and `sbp_partition_tree_<key>`)
+/// and, unless `key` is empty, of that key type (its name ends `_key`).
+fn bound_applies(name: &str, family: &str, key: &str) -> bool {
+    name.strip_prefix(family)
+        .is_some_and(|rest| rest.starts_with('_') && (key.is_empty() || rest.ends_with(&format!("_{key}"))))
+}
 
 /// One file of `host/kernels/`: its name there and its uncompressed contents.
 pub struct Artifact {
@@ -95,8 +104,8 @@ pub fn bound_block_threads(ptx: &str) -> String {
         if let Some(name) = line.trim_start().strip_prefix(".visible .entry ") {
             pending = LAUNCH_BOUNDS
                 .iter()
-                .find(|(prefix, _, _)| name.trim_end_matches('(').starts_with(prefix))
-                .map(|&(_, threads, blocks)| (threads, blocks));
+                .find(|(family, key, _, _)| bound_applies(name.trim_end_matches('('), family, key))
+                .map(|&(_, _, threads, blocks)| (threads, blocks));
         } else if line == ")"
             && let Some((threads, blocks)) = pending.take()
         {

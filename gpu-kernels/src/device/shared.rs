@@ -108,6 +108,19 @@ impl<T> SharedRegion<T> {
         }
     }
 
+    /// The region's first `len` values of `T`, and the bytes after them as values of `U`:
+    /// two views that share the region's bytes (for a phase that uses the region another
+    /// way). `len · size_of::<T>()` must be a multiple of 16, so the second view is aligned
+    /// as every region is.
+    pub const fn split<U>(self, len: usize) -> (SharedRegion<T>, SharedRegion<U>) {
+        assert!(len <= self.len, "the split is past the region's end");
+        let first_bytes = len * size_of::<T>();
+        assert!(first_bytes.is_multiple_of(REGION_ALIGN), "the second view would not be aligned");
+        let first = SharedRegion { offset: self.offset, len, element: PhantomData };
+        let rest_len = (self.len - len) * size_of::<T>() / size_of::<U>();
+        (first, SharedRegion { offset: self.offset + first_bytes, len: rest_len, element: PhantomData })
+    }
+
     /// The region inside this block's shared memory.
     ///
     /// # Safety

@@ -24,7 +24,10 @@
 //!    keys; every block then finds each key's bucket by a binary search of the splitters in
 //!    shared memory, counts the buckets and keeps those up to the one that covers `k`. When
 //!    those are still more than the cutoff (repeated keys, or a tile unlike the sample) the
-//!    block narrows inside the target bucket by radix digits, as above.
+//!    block narrows inside the target bucket by radix digits, as above. When the splitters
+//!    are all one key (a bucket killer's ties), the first pass ([`partition_tree_first`], a
+//!    kernel of its own) keeps only the keys at or below the top splitter as it loads the
+//!    tile.
 //! 2. **Place.** The kept keys go to the block's segment of the output, `block · cutoff`, in
 //!    tile order (each thread marks its chunk's kept ranks in a mask; one block scan of the
 //!    counts): so no global prefix sum is needed, and since every pass keeps tile order, the
@@ -37,11 +40,12 @@
 //! with a cutoff of exactly `k` and writes the `k` best, in index order, for the block sort.
 
 use crate::block;
-use crate::device::{self, SharedLayout, SharedRegion};
+use crate::device::{self, FULL_WARP, SharedLayout, SharedRegion};
 use crate::key::{Key, OrderedBits};
 use crate::params::{GlobalPtr, Order};
 use crate::topk::radix::DigitRuns;
 use crate::topk::rows_radix::Narrowed;
+use crate::warp;
 use crate::warp::bitonic::WarpPairs;
 
 /// Threads per block of the partition kernel: blocks of 256 threads and a 32 KiB tile (32-bit
@@ -82,6 +86,14 @@ pub const TREE_SAMPLE: u64 = 2048;
 const TREE_KEYS_PER_THREAD: usize = (TREE_SAMPLE / TREE_THREADS as u64) as usize;
 /// The largest `k` (the last pass's block sort) and the largest cutoff.
 pub const MAX_SBP_K: u32 = 2048;
+/// The most keys the tree form's first pass keeps from a tile at load (`load_below_top`): half
+/// a tile, whose other half holds their positions.
+const MAX_KEPT_BELOW_TOP: usize = SBP_TILE as usize / 2;
+// The entries of that pass's scan, one per (item, warp), are one per thread; its
+// positions fit 16 bits.
+const _: () = assert!(SBP_ITEMS * WARPS == SBP_THREADS as usize && SBP_TILE <= 1 << 16);
+// Its per-entry counts fit the segments' region; lane `b` holds item `b`'s ballots.
+const _: () = assert!(SBP_ITEMS * WARPS <= MAX_SEGMENTS + 1 && SBP_ITEMS == 32);
 /// The largest cutoff: a pass shrinks its input at least fourfold.
 pub const MAX_SBP_CUTOFF: u32 = (SBP_TILE / 4) as u32;
 
@@ -137,7 +149,13 @@ impl<K: Key> SbpParams<K> {
 pub struct SbpLayout<B> {
     /// The tile's ranks, the valid inputs packed in tile order.
     pub tile: SharedRegion<B>,
-    /// Per input segment of the tile: the valid inputs before it (a later pass).
+    /// The tree form's first pass, when it keeps at most half a tile (`load_below_top`): the
+    /// kept ranks in the tile's first half...
+    pub kept_ranks: SharedRegion<B>,
+    /// ... and their positions in the tile after them.
+    pub kept_positions: SharedRegion<u16>,
+    /// Per input segment of the tile: the valid inputs before it (a later pass); in the
+    /// tree form's first pass, the kept keys before each (item, warp).
     pub segments: SharedRegion<u32>,
     /// The histogram of the digit (or tree bucket) being narrowed.
     pub histogram: SharedRegion<u32>,
@@ -155,12 +173,23 @@ impl<B> SbpLayout<B> {
     /// The layout.
     pub const fn new() -> Self {
         let (layout, tile) = SharedLayout::new().push::<B>(SBP_TILE as usize);
+        let (kept_ranks, kept_positions) = tile.split::<u16>(MAX_KEPT_BELOW_TOP);
         let (layout, segments) = layout.push::<u32>(MAX_SEGMENTS + 1);
         let (layout, histogram) = layout.push::<u32>(BINS);
         let (layout, warp_sums) = layout.push::<u64>(WARPS);
         let (layout, choice) = layout.push::<u64>(4);
         let (layout, splitters) = layout.push::<B>(TREE_SPLITTERS);
-        Self { tile, segments, histogram, warp_sums, choice, splitters, bytes: layout.bytes() }
+        Self {
+            tile,
+            kept_ranks,
+            kept_positions,
+            segments,
+            histogram,
+            warp_sums,
+            choice,
+            splitters,
+            bytes: layout.bytes(),
+        }
     }
 }
 
@@ -217,6 +246,9 @@ impl<B: OrderedBits> Bucket<B> {
 struct Tile<B> {
     ranks: crate::device::SharedSlice<B>,
     len: usize,
+    /// The tile position of each rank, when only some of the tile's keys were kept at load
+    /// (`load_below_top`).
+    positions: Option<crate::device::SharedSlice<u16>>,
 }
 
 impl<B: OrderedBits> Tile<B> {
@@ -283,7 +315,7 @@ unsafe fn load<K: Key>(params: &SbpParams<K>, layout: &SbpLayout<K::Bits>, start
             base += BATCH * SBP_THREADS as usize;
         }
         unsafe { device::sync_threads() };
-        return Tile { ranks, len: tile_len };
+        return Tile { ranks, len: tile_len, positions: None };
     }
     // A later pass: the segments' valid counts, scanned, place each valid input.
     let log2 = params.cutoff_in_log2;
@@ -317,20 +349,174 @@ unsafe fn load<K: Key>(params: &SbpParams<K>, layout: &SbpLayout<K::Bits>, start
     }
     let len = unsafe { choice.load(3) } as usize;
     unsafe { device::sync_threads() };
-    Tile { ranks, len }
+    Tile { ranks, len, positions: None }
+}
+
+/// Items `first … first + N − 1` of the thread (tile position `256·b + thread` for item `b`,
+/// those below `items`), read and compared with the top splitter: bit `b` of the two words
+/// set when item `b` is better than it / equal to it.
+///
+/// # Safety
+/// As [`load_below_top`]; `first + N ≤ 32`.
+#[inline(always)]
+unsafe fn vote_on_items<K: Key, const N: usize>(
+    params: &SbpParams<K>,
+    start: u64,
+    thread: usize,
+    items: u32,
+    top: K::Bits,
+    first: usize,
+) -> (u32, u32) {
+    let mut keys = [K::default(); N];
+    for (i, key) in keys.iter_mut().enumerate() {
+        if ((first + i) as u32) < items {
+            *key =
+                unsafe { params.keys_in.read(start + ((first + i) * SBP_THREADS as usize + thread) as u64) };
+        }
+    }
+    let flip = params.flip();
+    let (mut better, mut tied) = (0u32, 0u32);
+    for (i, key) in keys.iter().enumerate() {
+        let valid = ((first + i) as u32) < items;
+        let rank = key.to_ordered().xor(flip);
+        better |= u32::from(valid && rank < top) << (first + i);
+        tied |= u32::from(valid && rank == top) << (first + i);
+    }
+    (better, tied)
+}
+
+/// The tree form's first pass: loads the tile and keeps in shared memory only its keys at or
+/// below the top splitter (`wanted` of a tile lie there but for a tile unlike the sample;
+/// the splitters cover a small multiple of that, so most keys are only compared and
+/// dropped): every key better than the top splitter and the first `wanted` equal to it
+/// (ties past those cannot be among the tile's `wanted` best), in tile order, with their
+/// positions. So every later step of the pass reads those few, and the bucket killer's ties
+/// cost a compare each. Order is kept without atomics: each warp votes on each of its items,
+/// one block scan of the (item, warp) counts places them. Returns `None`, having kept
+/// nothing, when fewer than `wanted` keys are at or below the top splitter (the tile's best
+/// lie in the catch-all bucket) or more than [`MAX_KEPT_BELOW_TOP`] would be kept: the
+/// caller loads the whole tile then. Ends with a barrier.
+///
+/// # Safety
+/// *Block-wide*; as [`partition`], in its first pass with splitters; `wanted` at most the
+/// tile's keys.
+#[inline(always)]
+unsafe fn load_below_top<K: Key>(
+    params: &SbpParams<K>,
+    layout: &SbpLayout<K::Bits>,
+    start: u64,
+    wanted: u64,
+) -> Option<Tile<K::Bits>> {
+    let (ranks, positions, before_entry, warp_sums, choice) = unsafe {
+        (
+            layout.kept_ranks.bind(),
+            layout.kept_positions.bind(),
+            layout.segments.bind(),
+            layout.warp_sums.bind(),
+            layout.choice.bind(),
+        )
+    };
+    let (thread, lane, warp) =
+        (device::thread_idx_x() as usize, device::lane_id() as usize, device::warp_id() as usize);
+    let tile_len = (params.len - start).min(SBP_TILE) as usize;
+    let flip = params.flip();
+    let top = K::Bits::from_u64(unsafe { params.splitters.read(TREE_SPLITTERS as u64 - 1) });
+    // Item `b` of thread `t` is tile position `256·b + t`: entry `8·b + warp` covers 32
+    // neighbouring positions, and entries in order are tile order. The thread's items inside
+    // the tile (all but in a last, partial tile) are its first `items`: one 32-bit compare
+    // with a constant per item (testing 64-bit positions kept them live, and spilled).
+    let items = (tile_len as u32).saturating_sub(thread as u32).div_ceil(SBP_THREADS);
+    // Bit `b`: item `b` is better than the top splitter / equal to it. Transposed across
+    // the warp, lane `b` holds item `b`'s ballots (bit `l`: lane `l`'s item), and their
+    // counts (packed: a tile's counts fit 16 bits). (Ballots with a select a lane and item
+    // kept the 64 ballots live: 128 bytes of spills.) 64-bit keys take their items in four
+    // quarters (all 32 in flight spilled at their 80 registers, and so did halves of 16 with
+    // 64-bit integers); narrower keys all at once. Each part is a fixed array read in plain
+    // loops, which unroll fully and keep the keys in registers (take/skip iterators over one
+    // array of 32 left it in local memory).
+    let (mut better_bits, mut tied_bits) = (0, 0);
+    if size_of::<K>() == 8 {
+        const QUARTER: usize = SBP_ITEMS / 4;
+        for first in (0..SBP_ITEMS).step_by(QUARTER) {
+            let (better, tied) =
+                unsafe { vote_on_items::<K, QUARTER>(params, start, thread, items, top, first) };
+            (better_bits, tied_bits) = (better_bits | better, tied_bits | tied);
+        }
+    } else {
+        (better_bits, tied_bits) =
+            unsafe { vote_on_items::<K, SBP_ITEMS>(params, start, thread, items, top, 0) };
+    }
+    let (my_better, my_tied) =
+        unsafe { (warp::transpose_bits(better_bits), warp::transpose_bits(tied_bits)) };
+    let my_counts = my_better.count_ones() | my_tied.count_ones() << 16;
+    // The items this warp keeps anything of: the placement below visits only those.
+    let mut items_kept = unsafe { device::ballot(FULL_WARP, my_counts != 0) };
+    unsafe {
+        before_entry.store(lane * WARPS + warp, my_counts);
+        device::sync_threads();
+    }
+    let counts = u64::from(unsafe { before_entry.load(thread) });
+    // (The scan's first barrier orders every thread's read above before the store below.)
+    let before = unsafe { block::scan::exclusive_scan_add_u64(counts, &warp_sums) };
+    unsafe { before_entry.store(thread, before as u32) };
+    if thread == SBP_THREADS as usize - 1 {
+        unsafe { choice.store(3, before + counts) };
+    }
+    unsafe { device::sync_threads() };
+    let totals = unsafe { choice.load(3) };
+    let (better_total, tied_total) = (totals & 0xFFFF, totals >> 16);
+    let kept = better_total + tied_total.min(wanted);
+    if better_total + tied_total < wanted || kept > MAX_KEPT_BELOW_TOP as u64 {
+        return None;
+    }
+    let lower_lanes = device::lanemask_lt();
+    // A loop over the set bits (the same on every lane): not unrolled, and empty items cost
+    // nothing.
+    while items_kept != 0 {
+        let b = items_kept.trailing_zeros() as usize;
+        items_kept &= items_kept - 1;
+        let (better, tied) = unsafe {
+            (
+                device::shfl_idx_u32(FULL_WARP, my_better, b as u32),
+                device::shfl_idx_u32(FULL_WARP, my_tied, b as u32),
+            )
+        };
+        let entry_before = unsafe { before_entry.load(b * WARPS + warp) };
+        let ties_before = u64::from(entry_before >> 16) + u64::from((tied & lower_lanes).count_ones());
+        let is_better = better & (1 << lane) != 0;
+        if is_better || (tied & (1 << lane) != 0 && ties_before < wanted) {
+            let slot = u64::from(entry_before & 0xFFFF)
+                + u64::from((better & lower_lanes).count_ones())
+                + ties_before.min(wanted);
+            let at = b * SBP_THREADS as usize + thread;
+            // Read again (a cache hit, a few keys a warp): holding the items' keys across
+            // the scan would take 32 registers more.
+            let rank = unsafe { params.keys_in.read(start + at as u64) }.to_ordered().xor(flip);
+            unsafe {
+                ranks.store(slot as usize, rank);
+                positions.store(slot as usize, at as u16);
+            }
+        }
+    }
+    unsafe { device::sync_threads() };
+    Some(Tile { ranks, len: kept as usize, positions: Some(positions) })
 }
 
 /// The input position (in the pass's input) of the tile's packed rank `at`.
 ///
 /// # Safety
-/// After [`load`]; `at` below the tile's length.
+/// After [`load`] or [`load_below_top`]; `at` below the tile's length.
 #[inline(always)]
 unsafe fn position_of<K: Key>(
     params: &SbpParams<K>,
+    tile: &Tile<K::Bits>,
     layout: &SbpLayout<K::Bits>,
     start: u64,
     at: usize,
 ) -> u64 {
+    if let Some(positions) = &tile.positions {
+        return start + u64::from(unsafe { positions.load(at) });
+    }
     if params.counts_in.is_null() {
         return start + at as u64;
     }
@@ -498,7 +684,8 @@ unsafe fn narrow<B: OrderedBits>(
 }
 
 /// One SBP pass: block `b` reduces tile `b` of the input to at most `cutoff` candidates for
-/// its `k` best and writes them, in tile order, at `b · cutoff` (module docs).
+/// its `k` best and writes them, in tile order, at `b · cutoff` (module docs). The radix
+/// form's passes and every pass after the tree form's first.
 ///
 /// # Safety
 /// [`SBP_THREADS`] threads, [`SbpLayout::bytes`] of shared memory, `grid.x` = the tiles of
@@ -506,13 +693,61 @@ unsafe fn narrow<B: OrderedBits>(
 /// one block; a previous pass's cutoff a power of two from [`MIN_SBP_CUTOFF`] dividing
 /// [`SBP_TILE`].
 pub unsafe fn partition<K: Key>(params: SbpParams<K>) {
+    unsafe { partition_tile::<K, false>(params) }
+}
+
+/// The tree form's first pass: [`partition`] with the tree's splitters, which keeps only
+/// each tile's keys at or below the top splitter as it loads the tile when the splitters
+/// are all one key (`load_below_top`). A kernel of its own, so that the other passes'
+/// code stays as it was without that path (with it, the radix form ran 1–4 % slower, H100
+/// run 270).
+///
+/// # Safety
+/// As [`partition`], in a first pass (`indices_in` and `counts_in` null) with `splitters`
+/// set.
+pub unsafe fn partition_tree_first<K: Key>(params: SbpParams<K>) {
+    // Said here as well, so the code of a later pass's inputs (segments, indices) drops
+    // out of this kernel: with it, its 64-bit-integer form spilled at its 80 registers.
+    let first_pass = SbpParams { indices_in: GlobalPtr::null(), counts_in: GlobalPtr::null(), ..params };
+    unsafe { partition_tile::<K, true>(first_pass) }
+}
+
+/// [`partition`]'s body; `TREE_FIRST`: the tree form's first pass.
+///
+/// # Safety
+/// As [`partition`] or [`partition_tree_first`].
+#[inline(always)] // (outlined, its call took 232 bytes of stack and spilled in the callee)
+unsafe fn partition_tile<K: Key, const TREE_FIRST: bool>(params: SbpParams<K>) {
     let layout = SbpLayout::<K::Bits>::new();
     let block = device::block_idx_x() as u64;
     let start = block * SBP_TILE;
-    let tile = unsafe { load(&params, &layout, start) };
-    let total = tile.len as u64;
     let cutoff = params.cutoff as u64;
-    let wanted = (params.k as u64).min(total);
+    // When the tree's splitters are all one key (the sample saw nothing but it below the
+    // top: a bucket killer's ties), its first pass keeps only the keys at or below the top
+    // splitter, and of the ties with it only `k`, as it loads the tile: every such key
+    // would otherwise take the tree's search and every narrowing to the last bit (H100 run
+    // 271, 2^28 keys, K = 8 … 128: 2.07–2.33 → 0.84–1.12 ms). Where the splitters differ
+    // (uniform keys, distances) a tile's time is its chain of barriers and scans, not its
+    // keys, and the vote and scan of this load made it slower (run 268: 0.73–1.19 →
+    // 0.79–1.36 ms): those tiles load whole. (A tile of at most `cutoff` keys keeps them
+    // all anyway.) Those kept at load hold the tile's `wanted` best.
+    let (tile, wanted) = if TREE_FIRST {
+        let tile_len = (params.len - start).min(SBP_TILE);
+        let wanted = (params.k as u64).min(tile_len);
+        let splitters_one_key =
+            unsafe { params.splitters.read(0) == params.splitters.read(TREE_SPLITTERS as u64 - 1) };
+        let below_top = if splitters_one_key && tile_len > cutoff {
+            unsafe { load_below_top(&params, &layout, start, wanted) }
+        } else {
+            None
+        };
+        (below_top.unwrap_or_else(|| unsafe { load(&params, &layout, start) }), wanted)
+    } else {
+        let tile = unsafe { load(&params, &layout, start) };
+        let wanted = (params.k as u64).min(tile.len as u64);
+        (tile, wanted)
+    };
+    let total = tile.len as u64;
 
     let mut bucket = Bucket::all();
     let mut narrowed = Narrowed { shift: K::Bits::BITS, prefix: K::Bits::MIN, better: 0, in_prefix: total };
@@ -592,7 +827,7 @@ unsafe fn place<K: Key>(
             continue;
         }
         let slot = segment + kept_base + (keep_mask & below).count_ones() as u64 + ties_before.min(need);
-        let position = unsafe { position_of(params, layout, start, first + j as usize) };
+        let position = unsafe { position_of(params, tile, layout, start, first + j as usize) };
         let index =
             if params.indices_in.is_null() { position } else { unsafe { params.indices_in.read(position) } };
         unsafe {

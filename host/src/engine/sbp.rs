@@ -206,7 +206,10 @@ impl Gpu {
             }
             let shape =
                 LaunchShape { grid: (pass.tiles as u32, 1), block_threads: SBP_THREADS, shared_bytes };
-            self.launch(K::SBP_PARTITION, shape, params)?;
+            // The tree form's first pass has a kernel of its own (its splitters may let it
+            // drop most keys at load).
+            let kernel = if tree && p == 0 { K::SBP_PARTITION_TREE } else { K::SBP_PARTITION };
+            self.launch(kernel, shape, params)?;
             // The next pass reads this one's segments.
             params.keys_in = params.keys_out;
             params.indices_in = params.indices_out;
