@@ -449,8 +449,6 @@ unsafe fn load_below_top<K: Key>(
     let (my_better, my_tied) =
         unsafe { (warp::transpose_bits(better_bits), warp::transpose_bits(tied_bits)) };
     let my_counts = my_better.count_ones() | my_tied.count_ones() << 16;
-    // The items this warp keeps anything of: the placement below visits only those.
-    let mut items_kept = unsafe { device::ballot(FULL_WARP, my_counts != 0) };
     unsafe {
         before_entry.store(lane * WARPS + warp, my_counts);
         device::sync_threads();
@@ -469,6 +467,14 @@ unsafe fn load_below_top<K: Key>(
     if better_total + tied_total < wanted || kept > MAX_KEPT_BELOW_TOP as u64 {
         return None;
     }
+    // The items this warp keeps anything of: a key better than the top splitter, or a tie
+    // among the block's first `wanted` (lane `b`'s entry is item `b`'s); the placement below
+    // visits only those. (Visiting every item with a tie — each of a bucket killer's — took
+    // 36 % of the pass's instructions, H100 run 272.)
+    let ties_before_mine = unsafe { before_entry.load(lane * WARPS + warp) } >> 16;
+    let mut items_kept = unsafe {
+        device::ballot(FULL_WARP, my_better != 0 || (my_tied != 0 && u64::from(ties_before_mine) < wanted))
+    };
     let lower_lanes = device::lanemask_lt();
     // A loop over the set bits (the same on every lane): not unrolled, and empty items cost
     // nothing.
@@ -726,7 +732,7 @@ unsafe fn partition_tile<K: Key, const TREE_FIRST: bool>(params: SbpParams<K>) {
     // top: a bucket killer's ties), its first pass keeps only the keys at or below the top
     // splitter, and of the ties with it only `k`, as it loads the tile: every such key
     // would otherwise take the tree's search and every narrowing to the last bit (H100 run
-    // 271, 2^28 keys, K = 8 … 128: 2.07–2.33 → 0.84–1.12 ms). Where the splitters differ
+    // 271, 2^28 keys, K = 8 … 128: 2.07–2.33 → 0.84–1.12 ms; run 273: 0.63–0.90). Where the splitters differ
     // (uniform keys, distances) a tile's time is its chain of barriers and scans, not its
     // keys, and the vote and scan of this load made it slower (run 268: 0.73–1.19 →
     // 0.79–1.36 ms): those tiles load whole. (A tile of at most `cutoff` keys keeps them
