@@ -732,10 +732,10 @@ unsafe fn partition_tile<K: Key, const TREE_FIRST: bool>(params: SbpParams<K>) {
     // top: a bucket killer's ties), its first pass keeps only the keys at or below the top
     // splitter, and of the ties with it only `k`, as it loads the tile: every such key
     // would otherwise take the tree's search and every narrowing to the last bit (H100 run
-    // 271, 2^28 keys, K = 8 … 128: 2.07–2.33 → 0.84–1.12 ms; run 273: 0.63–0.90). Where the splitters differ
-    // (uniform keys, distances) a tile's time is its chain of barriers and scans, not its
-    // keys, and the vote and scan of this load made it slower (run 268: 0.73–1.19 →
-    // 0.79–1.36 ms): those tiles load whole. (A tile of at most `cutoff` keys keeps them
+    // 271, 2^28 keys, K = 8 … 128: 2.07–2.33 → 0.84–1.12 ms; run 273: 0.63–0.90). Where
+    // the splitters differ (uniform keys, distances) a tile's time is its chain of barriers
+    // and scans, not its keys, and the vote and scan of this load made it slower (run 268:
+    // 0.73–1.19 → 0.79–1.36 ms): those tiles load whole. (A tile of at most `cutoff` keys keeps them
     // all anyway.) Those kept at load hold the tile's `wanted` best.
     let (tile, wanted) = if TREE_FIRST {
         let tile_len = (params.len - start).min(SBP_TILE);
