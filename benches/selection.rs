@@ -1106,6 +1106,83 @@ fn time_array_top_k<K: SelectKey>(
     });
 }
 
+/// Times the same top-k as one row of a matrix (the rows' planning: the radix kernel with
+/// the parts `GPU_SELECT_ROWS_RADIX_PARTS` asks for, or its own choice), printed beside the
+/// array's under `small one-row`, so that a run can compare splits of the row.
+fn time_one_row_top_k<K: SelectKey>(
+    gpu: &Gpu,
+    data: &DeviceBuffer<K>,
+    (log_n, k): (u32, usize),
+    floor_ms: f64,
+) {
+    let (plan, mut workspace, mut out) = rows_buffers::<K>(gpu, data, (1, data.len(), k), Order::Largest);
+    let median_ms = median_of_calls(gpu, || {
+        gpu.top_k_into(&plan, Keys::rows(data, 1, data.len()), &mut out, &mut workspace)
+    });
+    eprintln!(
+        "small one-row: top_k {} n=2^{log_n} k={k} Largest: {median_ms:.4} ms, floor {floor_ms:.4} ms",
+        K::NAME
+    );
+}
+
+/// Exact selection and SampleSelect's top-k with the bracket's sample as the policy takes
+/// it (8192 keys from 2^28 for top-k and middle ranks) and held at the levels' 2048 (section
+/// `bracket-sweep`, never on by default): uniform f32 at 2^27 and 2^28 (the median, ranks
+/// n/10 and n/100, top-k of 1024 and 262 144 by SampleSelect), f64 and bf16 medians at 2^28,
+/// each beside the read floor of its bytes, `GPU_SELECT_BRACKET_ROUNDS` rounds (default 2).
+fn bracket_sweep(gpu: &Gpu) {
+    fn one<K: SelectKey>(gpu: &Gpu, log_n: u32, convert: fn(f32) -> K, top_k: bool) {
+        let n = 1usize << log_n;
+        let data =
+            gpu.upload(&uniform_f32(n, log_n as u64).into_iter().map(convert).collect::<Vec<K>>()).unwrap();
+        let floor_ms = read_floor(gpu, &gpu.alloc_zeroed::<f32>(data.bytes() / 4).unwrap());
+        let default = SampleSelectPolicy::for_device(gpu.limits());
+        let levels_sample = SampleSelectPolicy { large_bracket_sample_from: u64::MAX, ..default };
+        let rounds: u32 =
+            std::env::var("GPU_SELECT_BRACKET_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(2);
+        for round in 1..=rounds {
+            for (policy, label) in [(default, "default"), (levels_sample, "2048")] {
+                let select = SelectOptions::default()
+                    .with_algorithm(SelectAlgorithm::SampleSelect)
+                    .with_policy(policy);
+                for (rank, what) in [(n / 2, "median"), (n / 10, "n/10"), (n / 100, "n/100")] {
+                    let ms = median_of_calls(gpu, || gpu.select(&data, rank, &select).map(|_| ()));
+                    eprintln!(
+                        "bracket-sweep: {} n=2^{log_n} {what} sample {label} round {round}: {ms:.4} ms, floor {floor_ms:.4} ms",
+                        K::NAME
+                    );
+                }
+                if !top_k {
+                    continue;
+                }
+                for k in [1024, 262_144] {
+                    let options = TopKOptions::new(Order::Largest)
+                        .with_algorithm(Algorithm::SampleSelect)
+                        .with_policy(policy);
+                    let plan = gpu.plan_top_k(&Keys::new(&data), k, &options).unwrap();
+                    let mut out = TopK {
+                        values: gpu.alloc_zeroed::<K>(k).unwrap(),
+                        indices: gpu.alloc_zeroed(k).unwrap(),
+                    };
+                    let mut workspace = gpu.alloc_zeroed::<u8>(plan.workspace_bytes()).unwrap();
+                    let ms = median_of_calls(gpu, || {
+                        gpu.top_k_into(&plan, Keys::new(&data), &mut out, &mut workspace)
+                    });
+                    eprintln!(
+                        "bracket-sweep: {} n=2^{log_n} top-k {k} sample {label} round {round}: {ms:.4} ms, floor {floor_ms:.4} ms",
+                        K::NAME
+                    );
+                }
+            }
+        }
+    }
+    for log_n in [27, 28] {
+        one::<f32>(gpu, log_n, |value| value, true);
+    }
+    one::<f64>(gpu, 28, |value| value as f64, false);
+    one::<half::bf16>(gpu, 28, half::bf16::from_f32, false);
+}
+
 /// Top-k of small arrays (section `small`): the 2^16 and 2^20 keys at `k` = 32 and
 /// 1024, f32 and bf16 (`Auto`, which takes 2^16 as one row of the rows' radix kernel and
 /// 2^20 by the array algorithms), into the caller's workspace, beside the read floor.
@@ -1119,6 +1196,7 @@ fn bench_small_arrays(gpu: &Gpu, cases: &mut Vec<Case>) {
             let floor_ms = read_floor(gpu, &gpu.alloc_zeroed::<f32>(data.bytes() / 4).unwrap());
             for k in [32usize, 1024] {
                 time_array_top_k(gpu, &data, (log_n, k), floor_ms, ("small", "small_top_k"), cases);
+                time_one_row_top_k(gpu, &data, (log_n, k), floor_ms);
             }
         }
     }
@@ -1921,6 +1999,9 @@ fn main() {
     }
     if section_enabled("half") {
         bench_half(&gpu, &mut cases);
+    }
+    if section_enabled("bracket-sweep") {
+        bracket_sweep(&gpu);
     }
     if section_enabled("small") {
         bench_small_arrays(&gpu, &mut cases);

@@ -210,6 +210,8 @@ fn bracket_gives_the_levels_answer() {
                 SampleSelectPolicy { bracket: false, ..default },
                 SampleSelectPolicy { sample_size: 16, ..default },
                 SampleSelectPolicy { sample_size: 256, ..default },
+                // The largest bracket sample (8192 keys, the sample kernel's eight a thread).
+                SampleSelectPolicy { large_bracket_sample_from: 0, ..default },
             ] {
                 let options = SelectOptions::new(order).with_policy(policy);
                 for k in [0, 1, n / 100, n / 2, n - 2, n - 1] {
@@ -223,6 +225,56 @@ fn bracket_gives_the_levels_answer() {
             }
         }
     }
+}
+
+#[test]
+fn the_largest_bracket_sample_selects_every_key_type() {
+    // The bracket's sample of 8192 keys (eight a thread of the sample kernel, a kernel of
+    // its own per key type) for 64-, 32- and 16-bit keys, spread and repeated: taken for
+    // the middle ranks (n/3, n/2); the end ranks keep the levels' sample.
+    fn check<K: TestKey>(gpu: &Gpu, n: usize) {
+        let default = SampleSelectPolicy::for_device(gpu.limits());
+        let large = SampleSelectPolicy { large_bracket_sample_from: 0, ..default };
+        for (d, distribution) in
+            [Distribution::Uniform, Distribution::FewDistinct(1024)].into_iter().enumerate()
+        {
+            let data = generate::<K>(n, distribution, 61 + d as u64);
+            let device_data = gpu.upload(&data).unwrap();
+            for order in [Order::Smallest, Order::Largest] {
+                let sorted = reference::sort_pairs(&data, order);
+                let options = SelectOptions::new(order).with_policy(large);
+                for k in [0, n / 3, n / 2, n - 1] {
+                    let context = format!("{} {distribution:?} {order:?} k={k}", std::any::type_name::<K>());
+                    let got =
+                        gpu.select(&device_data, k, &options).unwrap_or_else(|e| panic!("{context}: {e}"));
+                    assert_eq!(got.value.to_ordered(), oracle(&sorted, k), "{context}");
+                    if k == n / 2 && d == 0 && size_of::<K>() >= 4 {
+                        // The larger sample's bracket holds about half the keys: a median of
+                        // spread keys ends in fewer levels than with the levels' 2048.
+                        let levels_sample =
+                            SampleSelectPolicy { large_bracket_sample_from: u64::MAX, ..default };
+                        let before =
+                            gpu.select(&device_data, k, &options.with_policy(levels_sample)).unwrap();
+                        assert_eq!(before.value.to_ordered(), oracle(&sorted, k), "{context}");
+                        assert!(
+                            got.passes < before.passes,
+                            "{context}: {} passes, {}",
+                            got.passes,
+                            before.passes
+                        );
+                    }
+                }
+            }
+        }
+    }
+    // 40 000 keys on either backend: the larger sample's bracket (4.4 % of a median's keys)
+    // then fits the base case's sort where the levels' (8.8 %) takes one more level.
+    let gpu = common::gpu();
+    let n = 40_000;
+    check::<f64>(&gpu, n);
+    check::<u64>(&gpu, n);
+    check::<i32>(&gpu, n);
+    check::<half::bf16>(&gpu, n);
 }
 
 #[test]

@@ -314,6 +314,8 @@ fn sample_select_brackets_a_small_k() {
         gpu_select::SampleSelectPolicy { bracket: false, ..default },
         gpu_select::SampleSelectPolicy { sample_size: 16, ..default },
         gpu_select::SampleSelectPolicy { sample_size: 256, blocks_per_sm: 1, ..default },
+        // The largest bracket sample: 8192 keys.
+        gpu_select::SampleSelectPolicy { large_bracket_sample_from: 0, ..default },
     ];
     // 1024 distinct values: the kept keys repeat across warps, so their order matters.
     let distributions = DISTRIBUTIONS.iter().copied().chain([Distribution::FewDistinct(1024)]);

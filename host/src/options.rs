@@ -226,6 +226,14 @@ pub struct SampleSelectPolicy {
     pub bucket_bits: u32,
     /// Sampled keys per level, 2 to 2048 (one block sort).
     pub sample_size: u32,
+    /// From this many keys on, a bracket's level (see [`SampleSelectPolicy::bracket`])
+    /// samples 8192 keys (the sample kernel's largest sort) instead of `sample_size`: for
+    /// top-k always, for a selection only of a rank `k` with `q(1 − q) ≥ 1/16` (`q = k/n`),
+    /// where a bracket keeps the most keys. A bracket holds about `8σ/√sample` of the keys,
+    /// so the larger sample keeps half as many (a median of 2^28 keys: 4.4 % instead of
+    /// 8.8 %) for a sort of 8192 keys in one block, about 30 µs more on an H100: it pays at
+    /// 2^28 keys (the default; docs/select.md has the runs), not at 2^27. `u64::MAX`: never.
+    pub large_bracket_sample_from: u64,
     /// Blocks per multiprocessor of the count and filter passes.
     pub blocks_per_sm: u32,
     /// Count with warp-aggregated atomics (`match.any.sync`) instead of per-thread runs of
@@ -254,6 +262,7 @@ impl SampleSelectPolicy {
         Self {
             bucket_bits: 8,
             sample_size: 2048,
+            large_bracket_sample_from: 1 << 28,
             blocks_per_sm: 8,
             warp_aggregated: false,
             window_count: true,
@@ -266,6 +275,7 @@ impl SampleSelectPolicy {
         Self {
             bucket_bits: 2,
             sample_size: 128,
+            large_bracket_sample_from: u64::MAX,
             blocks_per_sm: 2,
             warp_aggregated: false,
             window_count: true,

@@ -33,7 +33,8 @@
 //!    index: the buckets before the target go straight to the output (the paper's fusion),
 //!    and a final level sends the target's first inputs there.
 //!
-//! Exact selection's first level may be a *bracket* ([`flags::BRACKET`]): the sample gives
+//! Exact selection's first level may be a *bracket* ([`flags::BRACKET`]): the sample (up to
+//! [`BRACKET_SAMPLE`] keys, larger than the other levels') gives
 //! two keys either side of the wanted rank's estimate, and `sample_select_bracket_<key>`
 //! counts the keys below, at and above them and copies those strictly between to a
 //! candidate buffer in the same read, with no oracles and no filter pass; the usual levels
@@ -67,6 +68,14 @@ pub const SAMPLE_THREADS: u32 = TILE_THREADS;
 pub const SAMPLE_SORT_THREADS: u32 = 1024;
 /// Sample keys each thread of the sample kernel holds.
 const SAMPLE_KEYS_PER_THREAD: usize = (MAX_BLOCK_SORT_LEN / SAMPLE_SORT_THREADS) as usize;
+/// The largest sample of a bracket's level ([`flags::BRACKET`]): four times [`MAX_SAMPLE`],
+/// eight keys a thread of the sample kernel, sorted by the same network. Only two of its
+/// keys become splitters, and a bracket holds about `8·σ/√sample` of the keys: a sample
+/// of 8192 keeps half what one of 2048 keeps (4.4 % of a median's input, not 8.8 %), so
+/// the pass writes half as many and the next level counts half as many.
+pub const BRACKET_SAMPLE: u32 = 4 * MAX_SAMPLE;
+/// Sample keys each thread of the sample kernel holds for a sample past [`MAX_SAMPLE`].
+const BRACKET_KEYS_PER_THREAD: usize = (BRACKET_SAMPLE / SAMPLE_SORT_THREADS) as usize;
 /// The most buckets of approximate selection (which keeps no oracles).
 pub const MAX_BUCKETS: usize = 1 << MAX_BUCKET_BITS;
 /// The most bucket bits of approximate selection.
@@ -272,7 +281,7 @@ pub struct SampleParams<K> {
     /// Buckets are `2^bucket_bits`: 1 to [`MAX_EXACT_BUCKET_BITS`], or to
     /// [`MAX_BUCKET_BITS`] with `APPROXIMATE`.
     pub bucket_bits: u32,
-    /// Sample size, 2 to [`MAX_SAMPLE`].
+    /// Sample size, 2 to [`MAX_SAMPLE`] (to [`BRACKET_SAMPLE`] at a bracket's level).
     pub sample_size: u32,
     /// [`flags`].
     pub flags: u32,
@@ -338,7 +347,7 @@ fn sample_position(seed: u64, level: u32, attempt: u32, i: u32, len: u64) -> u64
 /// Shared memory of the sample kernel.
 #[derive(Clone, Copy, Debug)]
 pub struct SampleSortLayout<B> {
-    /// The block sort's slots (keys only).
+    /// The block sort's slots (keys only), for the largest sample ([`BRACKET_SAMPLE`]).
     pub sort: BlockSortLayout<B>,
     /// The sorted sample.
     pub sorted: SharedRegion<B>,
@@ -349,8 +358,8 @@ pub struct SampleSortLayout<B> {
 impl<B> SampleSortLayout<B> {
     /// The layout.
     pub const fn new() -> Self {
-        let (layout, sort) = BlockSortLayout::keys_after(SharedLayout::new(), MAX_SAMPLE);
-        let (layout, sorted) = layout.push::<B>(MAX_SAMPLE as usize);
+        let (layout, sort) = BlockSortLayout::keys_after(SharedLayout::new(), BRACKET_SAMPLE);
+        let (layout, sorted) = layout.push::<B>(BRACKET_SAMPLE as usize);
         Self { sort, sorted, bytes: layout.bytes() }
     }
 }
@@ -461,33 +470,20 @@ pub unsafe fn sample<K: Key>(params: SampleParams<K>) {
     let flip = params.flip();
     let (keys, _, len) = params.storage(&level);
     let count = if base { len as u32 } else { params.sample_size };
-    let capacity = sort_capacity(count) as usize;
     let layout = SampleSortLayout::<K::Bits>::new();
     let sorted = unsafe { layout.sorted.bind() };
-
-    let lane = device::lane_id() as usize;
-    let warp_base = device::warp_id() as usize * 32 * SAMPLE_KEYS_PER_THREAD;
-    // Sorted by bits alone: which of equal keys comes first does not matter to splitters.
-    let mut pairs = WarpPairs::<K::Bits, SAMPLE_KEYS_PER_THREAD>::padding();
-    for r in 0..SAMPLE_KEYS_PER_THREAD {
-        let slot = warp_base + r * 32 + lane;
-        if slot < count as usize {
-            let at = if base {
-                slot as u64
-            } else {
-                sample_position(params.seed, level_index, level.attempt, slot as u32, len)
-            };
-            pairs.bits[r] = unsafe { keys.read(at) }.to_ordered().xor(flip);
+    // The keys at `at(slot)` for the sample's `count` slots, sorted into `sorted`.
+    let at = |slot: u32| {
+        if base { slot as u64 } else { sample_position(params.seed, level_index, level.attempt, slot, len) }
+    };
+    unsafe {
+        if count > MAX_SAMPLE {
+            sort_sample::<K, BRACKET_KEYS_PER_THREAD>(keys, count, at, flip, &layout)
+        } else {
+            sort_sample::<K, SAMPLE_KEYS_PER_THREAD>(keys, count, at, flip, &layout)
         }
+        device::sync_threads();
     }
-    unsafe { sort_keys(&mut pairs, capacity, &layout.sort) };
-    for r in 0..SAMPLE_KEYS_PER_THREAD {
-        let slot = warp_base + r * 32 + lane;
-        if slot < count as usize {
-            unsafe { sorted.store(slot, pairs.bits[r]) };
-        }
-    }
-    unsafe { device::sync_threads() };
 
     let emit = params.has(flags::EMIT);
     let splitter_count = (1usize << params.bucket_bits) - 1;
@@ -541,6 +537,41 @@ pub unsafe fn sample<K: Key>(params: SampleParams<K>) {
             params.splitters.write((2 * MAX_BUCKETS + thread) as u64, sampled as u64);
         }
         thread_splitter += SAMPLE_SORT_THREADS as usize;
+    }
+}
+
+/// Reads the keys at `at(slot)` for slots `0 .. count` (`R` slots a thread, all loads
+/// issued before the sort waits on any), sorts their rank bits and stores them, in order,
+/// at `layout.sorted[..count]`; the caller waits for the block before reading them. By bits
+/// alone: which of equal keys comes first does not matter to splitters.
+///
+/// # Safety
+/// *Block-wide*, [`SAMPLE_SORT_THREADS`] threads; `count ≤ SAMPLE_SORT_THREADS · R ≤`
+/// [`BRACKET_SAMPLE`]; every `at(slot)` a key of `keys`.
+#[inline(always)]
+unsafe fn sort_sample<K: Key, const R: usize>(
+    keys: GlobalPtr<K>,
+    count: u32,
+    at: impl Fn(u32) -> u64,
+    flip: K::Bits,
+    layout: &SampleSortLayout<K::Bits>,
+) {
+    let sorted = unsafe { layout.sorted.bind() };
+    let lane = device::lane_id() as usize;
+    let warp_base = device::warp_id() as usize * 32 * R;
+    let mut pairs = WarpPairs::<K::Bits, R>::padding();
+    for r in 0..R {
+        let slot = warp_base + r * 32 + lane;
+        if slot < count as usize {
+            pairs.bits[r] = unsafe { keys.read(at(slot as u32)) }.to_ordered().xor(flip);
+        }
+    }
+    unsafe { sort_keys(&mut pairs, sort_capacity(count) as usize, &layout.sort) };
+    for r in 0..R {
+        let slot = warp_base + r * 32 + lane;
+        if slot < count as usize {
+            unsafe { sorted.store(slot, pairs.bits[r]) };
+        }
     }
 }
 
