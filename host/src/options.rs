@@ -231,8 +231,9 @@ pub struct SampleSelectPolicy {
     /// top-k always, for a selection only of a rank `k` with `q(1 − q) ≥ 1/16` (`q = k/n`),
     /// where a bracket keeps the most keys. A bracket holds about `8σ/√sample` of the keys,
     /// so the larger sample keeps half as many (a median of 2^28 keys: 4.4 % instead of
-    /// 8.8 %) for a sort of 8192 keys in one block, about 30 µs more on an H100: it pays at
-    /// 2^28 keys (the default; docs/select.md has the runs), not at 2^27. `u64::MAX`: never.
+    /// 8.8 %) for a sort of 8192 keys in one block (about 30 µs more on an H100, as estimated
+    /// from runs 275–276): it pays at 2^28 keys (the default; docs/select.md has the
+    /// runs), not at 2^27. `u64::MAX`: never.
     pub large_bracket_sample_from: u64,
     /// Blocks per multiprocessor of the count and filter passes.
     pub blocks_per_sm: u32,

@@ -349,7 +349,8 @@ fn sample_position(seed: u64, level: u32, attempt: u32, i: u32, len: u64) -> u64
 pub struct SampleSortLayout<B> {
     /// The block sort's slots (keys only), for the largest sample ([`BRACKET_SAMPLE`]).
     pub sort: BlockSortLayout<B>,
-    /// The sorted sample.
+    /// The sorted sample: the sort's own slots, written once the sort is done (64 KiB for
+    /// 64-bit keys, within what every GPU from sm_80 on gives a block).
     pub sorted: SharedRegion<B>,
     /// Bytes to ask for at launch.
     pub bytes: usize,
@@ -359,7 +360,7 @@ impl<B> SampleSortLayout<B> {
     /// The layout.
     pub const fn new() -> Self {
         let (layout, sort) = BlockSortLayout::keys_after(SharedLayout::new(), BRACKET_SAMPLE);
-        let (layout, sorted) = layout.push::<B>(BRACKET_SAMPLE as usize);
+        let sorted = sort.bits;
         Self { sort, sorted, bytes: layout.bytes() }
     }
 }
@@ -566,7 +567,11 @@ unsafe fn sort_sample<K: Key, const R: usize>(
             pairs.bits[r] = unsafe { keys.read(at(slot as u32)) }.to_ordered().xor(flip);
         }
     }
-    unsafe { sort_keys(&mut pairs, sort_capacity(count) as usize, &layout.sort) };
+    unsafe {
+        sort_keys(&mut pairs, sort_capacity(count) as usize, &layout.sort);
+        // `sorted` is the sort's slots: every warp is done with them before any is stored.
+        device::sync_threads();
+    }
     for r in 0..R {
         let slot = warp_base + r * 32 + lane;
         if slot < count as usize {
