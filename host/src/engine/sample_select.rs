@@ -113,8 +113,8 @@ impl SamplePlan {
     /// selection of a rank with `q(1 − q) ≥ 1/16` (`q = k/n`); else the policy's
     /// `sample_size`. Near the ends a bracket keeps few keys whatever its sample (rank n/100
     /// of 2^28: 1.7 % with 2048, 0.9 % with 8192), and the larger sort costs more than the
-    /// count it saves (H100 run 275: 0.527 → 0.554 ms); at the median it saves twice the
-    /// sort's cost (0.644 → 0.605 ms).
+    /// count it saves (H100 run 275: 0.527 → 0.554 ms); at the median it saves more than
+    /// the sort costs (run 277: 0.643 → 0.605 ms).
     fn bracket_sample(&self, n: u64, k: u64) -> u32 {
         let middle = || {
             let (k, n) = (k as u128, n as u128);
