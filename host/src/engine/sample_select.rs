@@ -121,7 +121,8 @@ impl SamplePlan {
             16 * k * (n - k.min(n)) >= n * n
         };
         let large = n >= self.policy.large_bracket_sample_from && (self.flags & flags::EMIT != 0 || middle());
-        if large { BRACKET_SAMPLE.max(self.policy.sample_size) } else { self.policy.sample_size }
+        // The policy's check keeps `sample_size` within MAX_SAMPLE, below BRACKET_SAMPLE.
+        if large { BRACKET_SAMPLE } else { self.policy.sample_size }
     }
 
     /// The policy it runs with.
@@ -519,17 +520,7 @@ mod tests {
 
     #[test]
     fn a_bracket_samples_more_keys_at_scale_and_away_from_the_ends() {
-        let h100 = crate::limits::DeviceLimits {
-            name: "NVIDIA H100 80GB HBM3".into(),
-            compute_capability: (9, 0),
-            multiprocessors: 132,
-            max_threads_per_block: 1024,
-            max_shared_bytes_per_block: 227 << 10,
-            l2_bytes: 50 << 20,
-            total_memory_bytes: 80 << 30,
-            peak_bandwidth_bytes_per_s: 3.35e12,
-        };
-        let default = SampleSelectPolicy::for_device(&h100);
+        let default = SampleSelectPolicy::for_device(crate::Gpu::emulator().limits());
         let sample =
             |n: u64, k: u64, policy, flags| SamplePlan::new(n, 132, policy, flags).bracket_sample(n, k);
         let (select, top_k) = (flags::BRACKET, flags::BRACKET | flags::EMIT);
