@@ -448,6 +448,37 @@ fn split_radix_row_i64() {
     check_split_radix_row::<i64>();
 }
 
+/// Few long rows split as a GPU's balanced rule splits them (runs 280–281): one row of 2^19
+/// keys at k = 16 (128 parts, the block kernel over their 2048 candidates), of 2^18 at k = 32
+/// (16 parts: a co-ranking merge, not the warp kernel over 32), of 2^22 at k = 1024 (64
+/// parts, the radix kernel over 65 536 candidates), 8 rows of 2^20 at k = 2048 (32 parts
+/// each), and f64's 2^21 at k = 512; uniform keys and a few distinct values (ties across
+/// parts). The emulator splits a row in two at most; it takes smaller rows through the same
+/// calls.
+#[test]
+fn few_long_rows_split_for_balance() {
+    let gpu = common::gpu();
+    let shapes: &[(usize, usize, usize)] = if common::on_emulator(&gpu) {
+        &[(1, 40_000, 16), (2, 30_000, 1024)]
+    } else {
+        &[(1, 1 << 19, 16), (1, 1 << 18, 32), (1, 1 << 22, 1024), (8, 1 << 20, 2048)]
+    };
+    for &(rows, cols, k) in shapes {
+        for (d, distribution) in
+            [common::Distribution::Uniform, common::Distribution::FewDistinct(7)].into_iter().enumerate()
+        {
+            let data = generate::<f32>(rows * cols, distribution, (cols + k + d) as u64);
+            for order in [Order::Smallest, Order::Largest] {
+                check_data::<f32>(&gpu, &data, rows, cols, k, order, Algorithm::RadixSelect);
+            }
+        }
+    }
+    if !common::on_emulator(&gpu) {
+        let data = generate::<f64>(1 << 21, common::Distribution::Uniform, 21);
+        check_data::<f64>(&gpu, &data, 1, 1 << 21, 512, Order::Largest, Algorithm::RadixSelect);
+    }
+}
+
 /// Long rows whose evenly spaced keys (the radix kernel's sample: `SAMPLE` of them at
 /// `i · len / SAMPLE`) are the row's best: the sample bounds the `k`-th best too tightly, fewer
 /// than `k` keys fall within the bound, and the kernel must read the row again the usual way.

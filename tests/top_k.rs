@@ -136,12 +136,13 @@ fn top_k_bf16() {
     check_all::<half::bf16>();
 }
 
-/// Small arrays that `Auto` takes as one row of the rows' radix kernel (2^14 to 2^17 keys,
-/// to 2^19 for 128 ≤ k ≤ 1024): the oracle's keys and indices, sorted, and the caller's
-/// indices reported in place of positions.
+/// Small arrays that `Auto` takes as one row of the rows' radix kernel (from 2^14 keys: to
+/// 2^17 for every `k`, 2^18 for `k` from 128, 2^20 for 128 ≤ k ≤ 1024, 2^24 for `k ≤ 32`;
+/// 64-bit keys less), and arrays just beyond: the oracle's keys and indices, sorted, and the
+/// caller's indices reported in place of positions.
 fn small_arrays_as_one_row<K: TestKey>(gpu: &Gpu, sizes: &[usize]) {
     for &n in sizes {
-        for k in [1, 128, 1000, 2048] {
+        for k in [1, 16, 128, 1000, 2048] {
             for (d, distribution) in
                 [Distribution::Uniform, Distribution::FewDistinct(7), Distribution::Specials]
                     .into_iter()
@@ -174,8 +175,8 @@ fn small_arrays_taken_as_one_row() {
         small_arrays_as_one_row::<half::bf16>(&gpu, &[16_384]);
         return;
     }
-    small_arrays_as_one_row::<f32>(&gpu, &[16_384, 65_537, 131_072, 300_000]);
-    small_arrays_as_one_row::<half::bf16>(&gpu, &[65_537, 524_288]);
+    small_arrays_as_one_row::<f32>(&gpu, &[16_384, 65_537, 131_072, 300_000, 1 << 20, (1 << 22) + 5]);
+    small_arrays_as_one_row::<half::bf16>(&gpu, &[65_537, 524_288, 1 << 20]);
     small_arrays_as_one_row::<f64>(&gpu, &[65_537, 300_000]);
     small_arrays_as_one_row::<i32>(&gpu, &[100_000]);
 }

@@ -144,8 +144,8 @@ pub struct TopKOptions {
     /// every run, and equal keys still come lowest index first.
     pub sorted: bool,
     /// Tuning of [`Algorithm::SampleSelect`] and [`Algorithm::BucketSelect`] (its sample
-    /// size, blocks and bracket); `None`: the measured default,
-    /// [`SampleSelectPolicy::for_device`](crate::SampleSelectPolicy::for_device).
+    /// size, blocks and bracket); `None`: the measured default for the keys,
+    /// [`SampleSelectPolicy::for_keys`](crate::SampleSelectPolicy::for_keys).
     pub policy: Option<crate::SampleSelectPolicy>,
 }
 
@@ -218,8 +218,9 @@ pub enum SelectAlgorithm {
 
 /// The tuning parameters of SampleSelect (the paper's §5), as one value.
 ///
-/// [`SampleSelectPolicy::for_device`] is the measured choice; the fields are public so that
-/// benchmarks (and users with other GPUs) can try others.
+/// [`SampleSelectPolicy::for_keys`] is the measured choice (what a call that names no policy
+/// takes); the fields are public so that benchmarks (and users with other GPUs) can try
+/// others.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SampleSelectPolicy {
     /// Buckets per level are `2^bucket_bits`, 1 to 8 (one-byte oracles).
@@ -269,6 +270,26 @@ impl SampleSelectPolicy {
             window_count: true,
             bracket: true,
         }
+    }
+
+    /// The policy for keys of `key_bytes` on a device, which [`SelectOptions`] and
+    /// [`TopKOptions`](crate::TopKOptions) take when they name none: [`Self::for_device`],
+    /// with half its blocks per multiprocessor (4) for 32-bit keys. Their count and bracket
+    /// passes then run in one wave of blocks (H100 run 282, f32: top-k of 1024 by SampleSelect
+    /// −13 % at 2^24, −6 % at 2^28; medians −7 % at 2^24, −1 % at 2^27 and 2^28); 64-bit
+    /// keys were 15 % slower so (their passes want more loads in flight), 16-bit ones 1–3 %.
+    ///
+    /// ```
+    /// use gpu_select::{Gpu, SampleSelectPolicy};
+    ///
+    /// let gpu = Gpu::emulator();
+    /// assert_eq!(SampleSelectPolicy::for_keys(gpu.limits(), 4).blocks_per_sm, 4);
+    /// assert_eq!(SampleSelectPolicy::for_keys(gpu.limits(), 8), SampleSelectPolicy::for_device(gpu.limits()));
+    /// ```
+    pub fn for_keys(limits: &DeviceLimits, key_bytes: usize) -> Self {
+        let policy = Self::for_device(limits);
+        let blocks_per_sm = if key_bytes == 4 { policy.blocks_per_sm / 2 } else { policy.blocks_per_sm };
+        Self { blocks_per_sm, ..policy }
     }
 
     /// QuickSelect's: four buckets (a three-way partition), the median of 128 samples.

@@ -64,7 +64,7 @@ impl<K: SelectKey> SelectPlan<K> {
     fn without_vector_loads(&self) -> SelectOptions {
         let base = self.options.policy.unwrap_or_else(|| match self.options.algorithm {
             SelectAlgorithm::QuickSelect => SampleSelectPolicy::quick_select(),
-            _ => SampleSelectPolicy::for_device(self.gpu.limits()),
+            _ => SampleSelectPolicy::for_keys(self.gpu.limits(), size_of::<K>()),
         });
         self.options.with_policy(SampleSelectPolicy { bracket: false, window_count: false, ..base })
     }
@@ -130,7 +130,7 @@ impl Gpu {
                 (SelectionRoute::Sbp { tree }, bytes)
             }
             _ => {
-                let plan = self.plan_selection(n, options)?;
+                let plan = self.plan_selection(n, size_of::<K>(), options)?;
                 let bytes = SampleWorkspace::new(&plan, n, size_of::<K>()).bytes;
                 (SelectionRoute::Sample(plan), bytes)
             }
@@ -175,7 +175,7 @@ impl Gpu {
             // Keys at an odd offset (a view): the same selection without the passes that
             // load 16-byte vectors. Its regions are the plan's or smaller, so the workspace
             // serves; checked all the same.
-            let scalar = self.plan_selection(plan.n, &plan.without_vector_loads())?;
+            let scalar = self.plan_selection(plan.n, size_of::<K>(), &plan.without_vector_loads())?;
             let needed = SampleWorkspace::new(&scalar, plan.n, size_of::<K>()).bytes;
             Error::check_workspace_size(needed, workspace.len())?;
             return self.run_selection(keys.buffer(), k, plan.options.order, &scalar, base);

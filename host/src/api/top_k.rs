@@ -247,7 +247,7 @@ impl Gpu {
                     (PlannedInput::Flat { n }, PlanKind::Fused(plan), bytes)
                 } else if options.algorithm == Algorithm::Auto
                     && (1..=n).contains(&k)
-                    && Gpu::one_row_pays(n, k)
+                    && Gpu::one_row_pays(n, k, key_bytes)
                 {
                     let spec = RowsSpec::dense(1, n, n, k)?;
                     let bytes =

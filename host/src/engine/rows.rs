@@ -61,6 +61,26 @@ const MAX_BLOCKS_PER_ROW: u64 = 256;
 /// the read it spares (H200 run 193: 10 000 × 128 000 at k = 2048 in two parts took 1.38×
 /// the time of whole rows; at k = 1024, 64 × 2^20 in 8 parts 0.53× that of 4).
 const SPLIT_FOR_ONE_READ_MAX_K: u32 = 1024;
+/// Parts longer than this that the radix kernel reads twice take the balanced split
+/// ([`balanced_parts`]) where a row is split to fill one wave: the first pass then
+/// outweighs the second (H200 run 280: one row of 2^22 f64 at k = 1024 in the 8 parts of a
+/// co-ranking merge took 0.49 ms, in 64 parts 0.17). Parts read once keep their split: one
+/// row of 2^20 f32 at k = 1024 in 8 parts took 0.077 ms, in 32 (the balance) 0.072 on one
+/// input but 0.093 on another (H100 run 281): the second pass's sample of the parts'
+/// sorted runs is less sure than the co-ranking merge.
+const BALANCED_FROM_PART_LEN: u64 = 1 << 16;
+/// Rows of at most this many keys whose split would leave the second pass to the warp
+/// kernel take [`MERGE_MAX_RUNS`] parts (a co-ranking merge); longer ones as many parts as
+/// give the block kernel [`BLOCK_MERGE_CANDIDATES`] (H100 run 281, f32: 2^18 keys at k = 32
+/// in 16 parts 0.027 ms, in 32, the warp kernel's 1024 candidates, 0.041; 2^19 at k = 16
+/// in 128 parts 0.031 ms, in 64 0.040).
+const SHORT_SPLIT_ROW: u64 = 1 << 18;
+/// Candidates of the block kernel's second pass when the warp kernel's would be too few.
+const BLOCK_MERGE_CANDIDATES: u64 = 2048;
+/// The most candidates per row the warp kernel takes as a split row's second pass (its
+/// rows of 512 and 1024 keys are the slow ones there; 8 rows of 2^20 at k = 8 in 33
+/// parts, 264 candidates, took 0.035 ms in H200 run 196).
+const WARP_MERGE_MAX_CANDIDATES: u64 = 256;
 /// Candidates of a split row each block of the co-ranking merge places (all of them stage
 /// the row's ranks): two per thread, so that the searches of 64 rows of 4096 candidates
 /// spread over 256 blocks instead of 64.
@@ -803,7 +823,47 @@ fn radix_blocks_per_row(rows: Rows, k: u32, key_bytes: usize, multiprocessors: u
             parts *= 2;
         }
     }
-    parts.min(most)
+    let mut parts = parts.min(most);
+    // Few rows, split to fill one wave: where the rules above leave the second pass more
+    // candidates than a co-ranking merge takes, or parts so long (and read twice) that the
+    // first pass dominates, balance the two passes instead.
+    let one_wave = rows.count * parts <= target;
+    let long_parts = rows.cols / parts > BALANCED_FROM_PART_LEN && !read_once_in(parts);
+    if one_wave && (parts * k as u64 > MERGE_MAX_CANDIDATES || long_parts) {
+        parts = balanced_parts(rows.cols, k).min(longest).min((target / rows.count).max(1));
+    }
+    // A second pass of more runs than the co-ranking merge takes, over few enough
+    // candidates for the warp kernel's longer rows, keeps one warp per row busy for the
+    // whole pass (16- and 32-bit keys; 64-bit ones took it as fast as the alternatives): a
+    // co-ranking merge or the block kernel instead (within the wave).
+    let candidates = parts * k as u64;
+    let narrow = super::rank_bytes(key_bytes) == 4;
+    if narrow
+        && parts > MERGE_MAX_RUNS
+        && candidates > WARP_MERGE_MAX_CANDIDATES
+        && warp_radix_fits(candidates, k)
+    {
+        let block_parts =
+            (BLOCK_MERGE_CANDIDATES / k as u64).min(rows.cols / k as u64).min(MAX_BLOCKS_PER_ROW);
+        if rows.cols <= SHORT_SPLIT_ROW {
+            parts = MERGE_MAX_RUNS;
+        } else if rows.count * block_parts <= target {
+            parts = block_parts;
+        }
+    }
+    parts
+}
+
+/// Parts of a row of `cols` keys that balance the radix kernel's two passes for `k`: the
+/// first pass takes time in proportion to a part's length, `cols / parts`, the second
+/// (the radix kernel over the parts' candidates) in proportion to `parts · k`, so the
+/// best split grows as `√(cols / c)` with `c` = `2k` from 64 to 1024 (fitted to one row of
+/// 2^14 … 2^24 keys, `k` = 16 … 2048, f32, bf16 and f64, on an H100 and an H200: runs
+/// 280–281, docs/results/README.md), the power of two at or below it.
+fn balanced_parts(cols: u64, k: u32) -> u64 {
+    let per_candidate = (2 * k as u64).clamp(64, 1024);
+    let balance = (cols / per_candidate).isqrt().max(1);
+    1 << balance.ilog2()
 }
 
 /// Whether radix selection takes a warp per row: rows of `max_len` keys fit a warp's
@@ -907,12 +967,25 @@ mod tests {
             "../../../docs/results/raw/2026-11-26-h200-run196-237-rows-sweep-radix-select.csv"
         ));
         assert_eq!(queues.len(), 202);
+        // Shapes whose radix split the balanced rule (`balanced_parts`, runs 280–281) moved
+        // after this sweep: its radix times are of other splits, so the radix kernel's
+        // error and `Auto`'s choice leave them out until the sweep is measured again (the
+        // queues' plans did not move).
+        let moved = |count: u64, cols: u64, k: usize| {
+            count == 1 && cols == 1 << 22 && [100, 256, 1024, 2048].contains(&k)
+                || count == 8 && cols == 1 << 20 && [256, 2048].contains(&k)
+        };
         let (mut queue_error, mut radix_error, mut choice_cost, mut worst_choice) = (0.0, 0.0, 0.0, 0.0f64);
+        let mut radix_cases = 0;
         for (&(key_bytes, count, cols, k), &queue_ms) in &queues {
-            let radix_ms = radix[&(key_bytes, count, cols, k)];
             let shape = rows(count, cols);
             let predict = |algorithm| predicted_ms(algorithm, shape, k, key_bytes, H200, &Tuning::default());
             queue_error += (predict(RowsAlgorithm::WarpSelect) / queue_ms - 1.0).powi(2);
+            if moved(count, cols, k) {
+                continue;
+            }
+            radix_cases += 1;
+            let radix_ms = radix[&(key_bytes, count, cols, k)];
             radix_error += (predict(RowsAlgorithm::RadixSelect) / radix_ms - 1.0).powi(2);
             let chosen = if predict(RowsAlgorithm::RadixSelect) < predict(RowsAlgorithm::WarpSelect) {
                 radix_ms
@@ -923,14 +996,16 @@ mod tests {
             choice_cost += cost;
             worst_choice = worst_choice.max(cost);
         }
-        let cases = queues.len() as f64;
-        let (queue_rms, radix_rms) = ((queue_error / cases).sqrt(), (radix_error / cases).sqrt());
+        assert_eq!(radix_cases, 196);
+        let cases = radix_cases as f64;
+        let queue_rms = (queue_error / queues.len() as f64).sqrt();
+        let radix_rms = (radix_error / cases).sqrt();
         eprintln!(
             "rms error: queues {queue_rms:.3}, radix {radix_rms:.3}; Auto's cost: mean {:.3}, worst {worst_choice:.3}",
             choice_cost / cases
         );
-        // The fit: queues 0.280, radix 0.162 (rms); its choice 1.7 % on average, 64.7 % at
-        // worst (10 000 × 1000 at k = 8: the queues' 0.097 ms where the warp radix kernel
+        // The fit: queues 0.280, radix 0.162 (rms; 0.162 without the moved shapes too); its
+        // choice 1.7 % on average, 64.7 % at worst (10 000 × 1000 at k = 8: the queues' 0.097 ms where the warp radix kernel
         // takes 0.059; the queues' model under-predicts them there, 0.061).
         assert!(queue_rms < 0.29, "queues predicted within {queue_rms:.3} (rms)");
         assert!(radix_rms < 0.17, "radix predicted within {radix_rms:.3} (rms)");
@@ -948,8 +1023,33 @@ mod tests {
         );
         assert_eq!(
             radix_blocks_per_row(rows(1, 1 << 20), 2048, 4, 132, &Tuning::default()),
+            32,
+            "balanced: 4 parts of 2^18 would not be read once, 128 leave 262 144 candidates"
+        );
+        assert_eq!(
+            radix_blocks_per_row(rows(1, 1 << 22), 1024, 4, 132, &Tuning::default()),
+            64,
+            "balanced, not 256 parts"
+        );
+        assert_eq!(
+            radix_blocks_per_row(rows(1, 1 << 22), 1024, 8, 132, &Tuning::default()),
+            64,
+            "balanced, not the 8 parts of a co-ranking merge of parts read twice"
+        );
+        assert_eq!(
+            radix_blocks_per_row(rows(1, 1 << 18), 32, 4, 132, &Tuning::default()),
+            16,
+            "a co-ranking merge, not the warp kernel over 32 parts"
+        );
+        assert_eq!(
+            radix_blocks_per_row(rows(1, 1 << 19), 16, 4, 132, &Tuning::default()),
             128,
-            "4 parts of 2^18 would not be read once"
+            "the block kernel over 2048 candidates, not the warp kernel over 64 parts"
+        );
+        assert_eq!(
+            radix_blocks_per_row(rows(8, 1 << 20), 2048, 4, 132, &Tuning::default()),
+            32,
+            "few rows balance too"
         );
         assert_eq!(
             radix_blocks_per_row(rows(1, 262_144), 1024, 4, 132, &Tuning::default()),

@@ -237,13 +237,18 @@ pub(crate) struct SampleRun {
 }
 
 impl Gpu {
-    /// The plan of a selection of `n` keys with `options` (exact, or one level for
-    /// [`SelectAlgorithm::Approximate`]).
-    pub(crate) fn plan_selection(&self, n: usize, options: &SelectOptions) -> Result<SamplePlan> {
+    /// The plan of a selection of `n` keys of `key_bytes` with `options` (exact, or one
+    /// level for [`SelectAlgorithm::Approximate`]).
+    pub(crate) fn plan_selection(
+        &self,
+        n: usize,
+        key_bytes: usize,
+        options: &SelectOptions,
+    ) -> Result<SamplePlan> {
         crate::workspace::check_key_count(n)?;
         match options.algorithm {
-            SelectAlgorithm::Approximate { buckets } => self.plan_approx(n, buckets, options),
-            _ => self.plan_exact_select(n, options, 0),
+            SelectAlgorithm::Approximate { buckets } => self.plan_approx(n, key_bytes, buckets, options),
+            _ => self.plan_exact_select(n, key_bytes, options, 0),
         }
     }
 
@@ -279,7 +284,13 @@ impl Gpu {
     }
 
     /// The plan of an approximate selection with `buckets` buckets.
-    fn plan_approx(&self, n: usize, buckets: usize, options: &SelectOptions) -> Result<SamplePlan> {
+    fn plan_approx(
+        &self,
+        n: usize,
+        key_bytes: usize,
+        buckets: usize,
+        options: &SelectOptions,
+    ) -> Result<SamplePlan> {
         if n == 0 {
             return Err(Error::EmptyInput);
         }
@@ -290,17 +301,19 @@ impl Gpu {
         }
         let policy = SampleSelectPolicy {
             bucket_bits: buckets.trailing_zeros(),
-            ..options.policy.unwrap_or_else(|| SampleSelectPolicy::for_device(self.limits()))
+            ..options.policy.unwrap_or_else(|| SampleSelectPolicy::for_keys(self.limits(), key_bytes))
         };
         policy.check(MAX_BUCKET_BITS)?;
         Ok(SamplePlan::new(n as u64, self.limits().multiprocessors, policy, flags::APPROXIMATE))
     }
 
-    /// The plan of an exact selection (`extra_flags`: [`flags::EMIT`] for top-k, with
-    /// [`flags::BRACKET`] for top-k of a small `k` when the policy brackets).
+    /// The plan of an exact selection of `n` keys of `key_bytes` (`extra_flags`:
+    /// [`flags::EMIT`] for top-k, with [`flags::BRACKET`] for top-k of a small `k` when the
+    /// policy brackets).
     pub(crate) fn plan_exact_select(
         &self,
         n: usize,
+        key_bytes: usize,
         options: &SelectOptions,
         extra_flags: u32,
     ) -> Result<SamplePlan> {
@@ -316,7 +329,8 @@ impl Gpu {
             | SelectAlgorithm::Approximate { .. }
             | SelectAlgorithm::SbpRadix
             | SelectAlgorithm::SbpTree => {
-                let policy = options.policy.unwrap_or_else(|| SampleSelectPolicy::for_device(self.limits()));
+                let policy =
+                    options.policy.unwrap_or_else(|| SampleSelectPolicy::for_keys(self.limits(), key_bytes));
                 // Plain selection's bracket, or top-k's when it asks (a small `k`); not bucket
                 // select's, whose splitters are widths, not samples.
                 let wanted = extra_flags == 0 || extra_flags == flags::EMIT | flags::BRACKET;

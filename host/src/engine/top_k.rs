@@ -21,19 +21,29 @@ use crate::results::TopK;
 use crate::workspace::WorkspaceCarver;
 use crate::{Order, SelectKey};
 
-/// The inputs `Auto` takes as one row ([`Gpu::one_row_pays`]), measured on an H200 (run 245,
-/// f32, bf16 and f64, n = 2^14 … 2^19, k = 16 … 2048, the caller's workspace): from 2^14 to
-/// 2^17 keys the row was faster at every `k` (f32 2^16: 0.028 → 0.020 ms at k = 16, 0.070
-/// → 0.038 at k = 1024; f64 2^16 at k = 1024 0.164 → 0.046), and up to 2^19 for
-/// 128 ≤ k ≤ 1024 (f32 2^18 at k = 256: 0.131 → 0.040); beyond, small `k` read the array
-/// faster in its own passes (2^18 at k = 32: 0.031 against 0.041) and at 2^19 `k = 2048`
-/// took the row 0.18 ms against 0.08. Below 2^14 keys it was not measured; there a row also
-/// falls to the warp kernels, which treat [`PADDING_INDEX`](crate::PADDING_INDEX) apart.
+/// The inputs `Auto` takes as one row ([`Gpu::one_row_pays`]): from 2^14 keys (below, a row
+/// also falls to the warp kernels, which treat [`PADDING_INDEX`](crate::PADDING_INDEX)
+/// apart; not measured) up to a bound that depends on `k` and the keys' rank width. First
+/// measured on an H200 (run 245: every `k` to 2^17, 128 ≤ k ≤ 1024 to 2^19); runs 280–281
+/// (an H100 and an H200; n = 2^14 … 2^24, k = 16 … 2048; f32, bf16, f64; the array
+/// algorithms against the row in every split) moved the bounds, with the row's split
+/// balanced between its two passes (`balanced_parts` in the rows' planning). H200 run 280:
+/// for `k ≤ 32` the row of 16- and 32-bit keys is faster to 2^24 (2^22 at k = 16: f32 0.058
+/// → 0.035 ms, bf16 0.078 → 0.039), of 64-bit keys only to 2^17 (f64 2^19 at k = 16: the
+/// array 0.033, the row 0.038); for 128 ≤ k ≤ 1024 to 2^20 (64-bit keys to 2^19: f64 2^20
+/// at k = 1024, the array 0.085, the row 0.108); for larger `k` to 2^18 (f32 2^18 at k =
+/// 2048: 0.079 → 0.068).
 const ONE_ROW_MIN_KEYS: usize = 1 << 14;
-/// See [`ONE_ROW_MIN_KEYS`].
+/// See [`ONE_ROW_MIN_KEYS`]: every `k` the rows take.
 const ONE_ROW_MAX_KEYS: usize = 1 << 17;
-/// See [`ONE_ROW_MIN_KEYS`].
-const ONE_ROW_MID_K_MAX_KEYS: usize = 1 << 19;
+/// See [`ONE_ROW_MIN_KEYS`]: `k` from 128 (to 2048 for this bound, to 1024 for the next).
+const ONE_ROW_LARGE_K_MAX_KEYS: usize = 1 << 18;
+/// See [`ONE_ROW_MIN_KEYS`]: 128 ≤ k ≤ 1024, 64-bit keys.
+const ONE_ROW_MID_K_MAX_KEYS_64: usize = 1 << 19;
+/// See [`ONE_ROW_MIN_KEYS`]: 128 ≤ k ≤ 1024, 16- and 32-bit keys.
+const ONE_ROW_MID_K_MAX_KEYS: usize = 1 << 20;
+/// See [`ONE_ROW_MIN_KEYS`]: `k ≤ 32`, 16- and 32-bit keys.
+const ONE_ROW_SMALL_K_MAX_KEYS: usize = 1 << 24;
 
 /// The workspace of the block-sort path: all `n` sorted keys and indices.
 #[derive(Clone, Copy, Debug)]
@@ -144,12 +154,19 @@ impl Gpu {
 
     /// Whether `Auto` takes a top-k of one array of `n` keys (`1 ≤ k ≤ n`) as one row of
     /// the rows' radix kernel: the row split over blocks, each narrowing its part in shared
-    /// memory and sorting its best `k`, then one co-ranking merge (two launches), where the
-    /// array algorithms take a chain of passes sized for large inputs.
-    pub(crate) fn one_row_pays(n: usize, k: usize) -> bool {
-        let k_in = |range: std::ops::RangeInclusive<usize>| range.contains(&k);
-        (ONE_ROW_MIN_KEYS..=ONE_ROW_MAX_KEYS).contains(&n) && k_in(1..=MAX_RADIX_ROWS_K as usize)
-            || (ONE_ROW_MIN_KEYS..=ONE_ROW_MID_K_MAX_KEYS).contains(&n) && k_in(128..=1024)
+    /// memory and sorting its best `k`, then one pass over their candidates (a co-ranking
+    /// merge or the radix kernel: two launches), where the array algorithms take a chain of
+    /// passes sized for large inputs. `key_bytes`: 64-bit keys pay over a shorter range.
+    pub(crate) fn one_row_pays(n: usize, k: usize, key_bytes: usize) -> bool {
+        let narrow = super::rank_bytes(key_bytes) == 4;
+        let most = match k {
+            1..=32 if narrow => ONE_ROW_SMALL_K_MAX_KEYS,
+            128..=1024 if narrow => ONE_ROW_MID_K_MAX_KEYS,
+            128..=1024 => ONE_ROW_MID_K_MAX_KEYS_64,
+            1025.. => ONE_ROW_LARGE_K_MAX_KEYS,
+            _ => ONE_ROW_MAX_KEYS,
+        };
+        (ONE_ROW_MIN_KEYS..=most).contains(&n) && (1..=MAX_RADIX_ROWS_K as usize).contains(&k)
     }
 
     /// The named algorithm, or for `Auto` the one the cost model predicts fastest.
@@ -207,7 +224,7 @@ impl Gpu {
                 };
                 let mut select_options = SelectOptions::new(options.order);
                 select_options.policy = options.policy;
-                let select = self.plan_exact_select(n, &select_options, flags::EMIT | extra)?;
+                let select = self.plan_exact_select(n, key_bytes, &select_options, flags::EMIT | extra)?;
                 Ok(Plan::Sample(SampleTopKPlan { select, sort_output: options.sorted && k > 1 }))
             }
             Algorithm::BlockSort if takes => Ok(Plan::BlockSort),
