@@ -289,7 +289,8 @@ fn bench_select_approx(
     cases: &mut Vec<Case>,
 ) {
     let n = data.len();
-    let policy = SampleSelectPolicy { window_count, ..SampleSelectPolicy::for_device(gpu.limits()) };
+    let policy =
+        SampleSelectPolicy { window_count, ..SampleSelectPolicy::for_keys(gpu.limits(), size_of::<f32>()) };
     let options =
         SelectOptions::default().with_policy(policy).with_algorithm(SelectAlgorithm::Approximate { buckets });
     // As the exact cases: one workspace, allocated before the timing.
@@ -345,7 +346,7 @@ fn bench_select_approx(
 
 /// The selection cases at 2^28 f32: exact median by both algorithms on uniform and
 /// duplicate-heavy inputs, approximate selection, SampleSelect top-k, and the policy sweep
-/// that chose [`SampleSelectPolicy::for_device`].
+/// that chose [`SampleSelectPolicy::for_keys`].
 fn bench_selection(
     criterion: &mut Criterion,
     gpu: &Gpu,
@@ -365,7 +366,7 @@ fn bench_selection(
         bench_select_approx(criterion, gpu, keys, approx, floor_ms, cases);
     }
     eprintln!("select: SampleSelect top-k");
-    let default = SampleSelectPolicy::for_device(gpu.limits());
+    let default = SampleSelectPolicy::for_keys(gpu.limits(), size_of::<f32>());
     let sample_top_k = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::SampleSelect);
     let levels_only = sample_top_k.with_policy(SampleSelectPolicy { bracket: false, ..default });
     for (k, options, label) in [
@@ -1128,20 +1129,32 @@ fn time_one_row_top_k<K: SelectKey>(
 /// Exact selection and SampleSelect's top-k with the bracket's sample as the policy takes
 /// it (8192 keys from 2^28 for top-k and middle ranks) and held at the levels' 2048 (section
 /// `bracket-sweep`, never on by default): uniform f32 at 2^27 and 2^28 (the median, ranks
-/// n/10 and n/100, top-k of 1024 and 262 144 by SampleSelect), f64 and bf16 medians at 2^28,
-/// each beside the read floor of its bytes, `GPU_SELECT_BRACKET_ROUNDS` rounds (default 2).
+/// n/10 and n/100, the approximate median of 1024 buckets, top-k of 1024 and 262 144 by
+/// SampleSelect), f64 and bf16 medians at 2^28,
+/// each beside the read floor of its bytes, `GPU_SELECT_BRACKET_ROUNDS` rounds (default 2);
+/// `GPU_SELECT_BRACKET_LOG_N` takes f32 at those sizes only, `GPU_SELECT_SAMPLE_BLOCKS_PER_SM`
+/// adds policies with other grids.
 fn bracket_sweep(gpu: &Gpu) {
     fn one<K: SelectKey>(gpu: &Gpu, log_n: u32, convert: fn(f32) -> K, top_k: bool) {
         let n = 1usize << log_n;
         let data =
             gpu.upload(&uniform_f32(n, log_n as u64).into_iter().map(convert).collect::<Vec<K>>()).unwrap();
         let floor_ms = read_floor(gpu, &gpu.alloc_zeroed::<f32>(data.bytes() / 4).unwrap());
-        let default = SampleSelectPolicy::for_device(gpu.limits());
+        let default = SampleSelectPolicy::for_keys(gpu.limits(), size_of::<K>());
         let levels_sample = SampleSelectPolicy { large_bracket_sample_from: u64::MAX, ..default };
         let rounds: u32 =
             std::env::var("GPU_SELECT_BRACKET_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(2);
+        // `GPU_SELECT_SAMPLE_BLOCKS_PER_SM` (a comma-separated list) adds the default policy
+        // with each of those blocks per multiprocessor for the count and filter passes.
+        let mut policies = vec![(default, "default".to_string()), (levels_sample, "2048".to_string())];
+        for blocks in std::env::var("GPU_SELECT_SAMPLE_BLOCKS_PER_SM").unwrap_or_default().split(',') {
+            if let Ok(blocks) = blocks.trim().parse::<u32>() {
+                policies
+                    .push((SampleSelectPolicy { blocks_per_sm: blocks, ..default }, format!("bps{blocks}")));
+            }
+        }
         for round in 1..=rounds {
-            for (policy, label) in [(default, "default"), (levels_sample, "2048")] {
+            for (policy, label) in policies.iter().map(|(policy, label)| (*policy, label.as_str())) {
                 let select = SelectOptions::default()
                     .with_algorithm(SelectAlgorithm::SampleSelect)
                     .with_policy(policy);
@@ -1152,6 +1165,12 @@ fn bracket_sweep(gpu: &Gpu) {
                         K::NAME
                     );
                 }
+                let approximate = select.with_algorithm(SelectAlgorithm::Approximate { buckets: 1024 });
+                let ms = median_of_calls(gpu, || gpu.select(&data, n / 2, &approximate).map(|_| ()));
+                eprintln!(
+                    "bracket-sweep: {} n=2^{log_n} approximate median sample {label} round {round}: {ms:.4} ms, floor {floor_ms:.4} ms",
+                    K::NAME
+                );
                 if !top_k {
                     continue;
                 }
@@ -1175,6 +1194,14 @@ fn bracket_sweep(gpu: &Gpu) {
                 }
             }
         }
+    }
+    // `GPU_SELECT_BRACKET_LOG_N` (sizes, comma-separated) narrows the section to f32 at
+    // those sizes, so that a profiler's first launches are the first size's median.
+    if let Ok(list) = std::env::var("GPU_SELECT_BRACKET_LOG_N") {
+        for log_n in list.split(',').filter_map(|v| v.trim().parse().ok()) {
+            one::<f32>(gpu, log_n, |value| value, true);
+        }
+        return;
     }
     for log_n in [27, 28] {
         one::<f32>(gpu, log_n, |value| value, true);
@@ -1202,6 +1229,93 @@ fn bench_small_arrays(gpu: &Gpu, cases: &mut Vec<Case>) {
     }
     one::<f32>(gpu, |value| value, cases);
     one::<half::bf16>(gpu, half::bf16::from_f32, cases);
+}
+
+/// Sizes (log2 n) of the small-array sweep: around the bounds of `Auto`'s one-row path.
+const SMALL_SWEEP_LOG_N: std::ops::RangeInclusive<u32> = 14..=24;
+/// `k` of the small-array sweep.
+const SMALL_SWEEP_KS: [usize; 7] = [16, 32, 128, 256, 512, 1024, 2048];
+/// The forced splits of one row the small-array sweep times (powers of two to the rows'
+/// most, 256).
+const SMALL_SWEEP_PARTS: [u64; 9] = [1, 2, 4, 8, 16, 32, 64, 128, 256];
+
+/// The small-array sweep (section `small-sweep`, never on by default): one array of
+/// 2^14 … 2^24 uniform keys (f32, bf16, f64), `k` of [`SMALL_SWEEP_KS`], largest first,
+/// into the caller's workspace: `Auto`, each array algorithm that takes the shape (bitonic,
+/// radix, SampleSelect), the array as one row (`row`: the rows' `Auto`, its kernel and
+/// split; `queues`: the WarpSelect queues kernel), and the row forced into the radix kernel
+/// with each split of [`SMALL_SWEEP_PARTS`] up to `n / k` parts; one line per case and `small-sweep.csv` in the results folder, so that `Auto`'s
+/// one-row bounds and the row's split can be read off one run.
+fn small_sweep(gpu: &Gpu) {
+    fn row_ms<K: SelectKey>(gpu: &Gpu, data: &DeviceBuffer<K>, k: usize) -> f64 {
+        let (plan, mut workspace, mut out) = rows_buffers::<K>(gpu, data, (1, data.len(), k), Order::Largest);
+        median_of_calls(gpu, || {
+            gpu.top_k_into(&plan, Keys::rows(data, 1, data.len()), &mut out, &mut workspace)
+        })
+    }
+    fn one<K: SelectKey>(gpu: &Gpu, convert: fn(f32) -> K, csv: &mut String) {
+        for log_n in SMALL_SWEEP_LOG_N {
+            let n = 1usize << log_n;
+            let data = gpu
+                .upload(&uniform_f32(n, log_n as u64 + 7).into_iter().map(convert).collect::<Vec<K>>())
+                .unwrap();
+            let floor_ms = read_floor(gpu, &gpu.alloc_zeroed::<f32>(data.bytes().div_ceil(4)).unwrap());
+            for k in SMALL_SWEEP_KS.into_iter().filter(|&k| k <= n) {
+                let mut forms: Vec<(String, f64)> = Vec::new();
+                for (name, algorithm) in [
+                    ("auto", Algorithm::Auto),
+                    ("bitonic", Algorithm::Bitonic),
+                    ("radix", Algorithm::RadixSelect),
+                    ("sample", Algorithm::SampleSelect),
+                ] {
+                    let options = TopKOptions::new(Order::Largest).with_algorithm(algorithm);
+                    if let Some((ms, _)) = top_k_into_ms(gpu, &data, k, &options) {
+                        forms.push((name.to_string(), ms));
+                    }
+                }
+                forms.push(("row".to_string(), row_ms(gpu, &data, k)));
+                let queues = Tuning { rows_auto_kernel: Some(RowsKernelFamily::WarpSelect), ..*gpu.tuning() };
+                forms.push(("queues".to_string(), row_ms(&gpu.with_tuning(queues), &data, k)));
+                for parts in SMALL_SWEEP_PARTS.into_iter().filter(|&parts| parts as usize <= n / k) {
+                    let split = Tuning {
+                        rows_radix_parts: Some(parts),
+                        rows_auto_kernel: Some(RowsKernelFamily::RadixSelect),
+                        ..*gpu.tuning()
+                    };
+                    forms.push((format!("p{parts}"), row_ms(&gpu.with_tuning(split), &data, k)));
+                }
+                let line: Vec<String> = forms.iter().map(|(name, ms)| format!("{name} {ms:.4}")).collect();
+                eprintln!(
+                    "small-sweep: {} n=2^{log_n} k={k} floor {floor_ms:.4} | {}",
+                    K::NAME,
+                    line.join(" | ")
+                );
+                for (name, ms) in forms {
+                    let _ = writeln!(csv, "{},{n},{k},{name},{ms:.5},{floor_ms:.5}", K::NAME);
+                }
+            }
+        }
+    }
+    let dir = results_dir();
+    std::fs::create_dir_all(&dir).expect("cannot create the results folder");
+    let path = dir.join("small-sweep.csv");
+    let mut csv = String::from("key,n,k,form,ms,floor_ms\n");
+    one::<f32>(gpu, |value| value, &mut csv);
+    one::<half::bf16>(gpu, half::bf16::from_f32, &mut csv);
+    one::<f64>(gpu, |value| value as f64, &mut csv);
+    std::fs::write(&path, &csv).expect("cannot write the sweep");
+    println!("written: {}", path.display());
+    // Few long rows, which the rows' split balances too (the rows sweep's 8 × 2^20).
+    let (rows, cols) = (8, 1usize << 20);
+    let matrix = gpu.upload(&uniform_f32(rows * cols, 820)).unwrap();
+    for k in [256, 1024, 2048] {
+        let (plan, mut workspace, mut out) =
+            rows_buffers::<f32>(gpu, &matrix, (rows, cols, k), Order::Largest);
+        let ms = median_of_calls(gpu, || {
+            gpu.top_k_into(&plan, Keys::rows(&matrix, rows, cols), &mut out, &mut workspace)
+        });
+        eprintln!("small-sweep rows: f32 {rows}x2^20 k={k}: {ms:.4} ms");
+    }
 }
 
 /// The batches of the half-precision sweep (section `half-sweep`): one sequence, a serving
@@ -1415,16 +1529,16 @@ const TOP_K_SWEEP_KS: [usize; 8] = [1, 8, 32, 100, 256, 512, 1000, 1024];
 /// The median time of `top_k_into` of `keys` with `options` into buffers made once (as
 /// [`median_of_calls`] times it), and the plan's predicted time; `None` when the algorithm
 /// does not take the shape. The sweeps' one timing of a top-k.
-fn top_k_into_ms(
+fn top_k_into_ms<K: SelectKey>(
     gpu: &Gpu,
-    keys: &DeviceBuffer<f32>,
+    keys: &DeviceBuffer<K>,
     k: usize,
     options: &TopKOptions,
 ) -> Option<(f64, Option<f64>)> {
     let plan = gpu.plan_top_k(&Keys::new(keys), k, options).ok()?;
     let mut workspace = gpu.alloc_zeroed::<u8>(plan.workspace_bytes()).unwrap();
     let mut out =
-        TopK { values: gpu.alloc_zeroed::<f32>(k).unwrap(), indices: gpu.alloc_zeroed::<u64>(k).unwrap() };
+        TopK { values: gpu.alloc_zeroed::<K>(k).unwrap(), indices: gpu.alloc_zeroed::<u64>(k).unwrap() };
     let ms = median_of_calls(gpu, || gpu.top_k_into(&plan, keys, &mut out, &mut workspace));
     Some((ms, plan.predicted_ms()))
 }
@@ -1665,7 +1779,7 @@ fn convenience(gpu: &Gpu) {
 /// `knn-streamed` (exact k-NN over a base in host memory), `multi-gpu` (k-NN and DIBMS over
 /// every GPU of the machine), `convenience` (the
 /// convenient calls against the caller-workspace forms), `rows-sweep`, `topk-sweep`,
-/// `sbp-sweep` and `half-sweep`), all but `knn-streamed`, `multi-gpu` and the sweeps by
+/// `sbp-sweep`, `half-sweep` and `small-sweep`), all but `knn-streamed`, `multi-gpu` and the sweeps by
 /// default.
 fn section_enabled(section: &str) -> bool {
     if section.ends_with("-sweep") || section == "multi-gpu" || section == "knn-streamed" {
@@ -2005,6 +2119,9 @@ fn main() {
     }
     if section_enabled("small") {
         bench_small_arrays(&gpu, &mut cases);
+    }
+    if section_enabled("small-sweep") {
+        small_sweep(&gpu);
     }
     if section_enabled("large-k") {
         bench_large_k(&gpu, &mut cases);
