@@ -1242,7 +1242,8 @@ const SMALL_SWEEP_PARTS: [u64; 9] = [1, 2, 4, 8, 16, 32, 64, 128, 256];
 /// The small-array sweep (section `small-sweep`, never on by default): one array of
 /// 2^14 … 2^24 uniform keys (f32, bf16, f64), `k` of [`SMALL_SWEEP_KS`], largest first,
 /// into the caller's workspace: `Auto`, each array algorithm that takes the shape (bitonic,
-/// radix, SampleSelect), the array as one row (`row`: the rows' `Auto`, its kernel and
+/// radix, SampleSelect, SBP radix, block sort; with the cost model's predictions in the
+/// CSV, so that `Auto`'s pick can be read off), the array as one row (`row`: the rows' `Auto`, its kernel and
 /// split; `queues`: the WarpSelect queues kernel), and the row forced into the radix kernel
 /// with each split of [`SMALL_SWEEP_PARTS`] up to `n / k` parts; one line per case and `small-sweep.csv` in the results folder, so that `Auto`'s
 /// one-row bounds and the row's split can be read off one run.
@@ -1261,37 +1262,41 @@ fn small_sweep(gpu: &Gpu) {
                 .unwrap();
             let floor_ms = read_floor(gpu, &gpu.alloc_zeroed::<f32>(data.bytes().div_ceil(4)).unwrap());
             for k in SMALL_SWEEP_KS.into_iter().filter(|&k| k <= n) {
-                let mut forms: Vec<(String, f64)> = Vec::new();
+                // (form, measured ms, the cost model's prediction where the plan has one).
+                let mut forms: Vec<(String, f64, Option<f64>)> = Vec::new();
                 for (name, algorithm) in [
                     ("auto", Algorithm::Auto),
                     ("bitonic", Algorithm::Bitonic),
                     ("radix", Algorithm::RadixSelect),
                     ("sample", Algorithm::SampleSelect),
+                    ("sbp", Algorithm::SbpRadix),
+                    ("block-sort", Algorithm::BlockSort),
                 ] {
                     let options = TopKOptions::new(Order::Largest).with_algorithm(algorithm);
-                    if let Some((ms, _)) = top_k_into_ms(gpu, &data, k, &options) {
-                        forms.push((name.to_string(), ms));
+                    if let Some((ms, predicted)) = top_k_into_ms(gpu, &data, k, &options) {
+                        forms.push((name.to_string(), ms, predicted));
                     }
                 }
-                forms.push(("row".to_string(), row_ms(gpu, &data, k)));
+                forms.push(("row".to_string(), row_ms(gpu, &data, k), None));
                 let queues = Tuning { rows_auto_kernel: Some(RowsKernelFamily::WarpSelect), ..*gpu.tuning() };
-                forms.push(("queues".to_string(), row_ms(&gpu.with_tuning(queues), &data, k)));
+                forms.push(("queues".to_string(), row_ms(&gpu.with_tuning(queues), &data, k), None));
                 for parts in SMALL_SWEEP_PARTS.into_iter().filter(|&parts| parts as usize <= n / k) {
                     let split = Tuning {
                         rows_radix_parts: Some(parts),
                         rows_auto_kernel: Some(RowsKernelFamily::RadixSelect),
                         ..*gpu.tuning()
                     };
-                    forms.push((format!("p{parts}"), row_ms(&gpu.with_tuning(split), &data, k)));
+                    forms.push((format!("p{parts}"), row_ms(&gpu.with_tuning(split), &data, k), None));
                 }
-                let line: Vec<String> = forms.iter().map(|(name, ms)| format!("{name} {ms:.4}")).collect();
+                let line: Vec<String> = forms.iter().map(|(name, ms, _)| format!("{name} {ms:.4}")).collect();
                 eprintln!(
                     "small-sweep: {} n=2^{log_n} k={k} floor {floor_ms:.4} | {}",
                     K::NAME,
                     line.join(" | ")
                 );
-                for (name, ms) in forms {
-                    let _ = writeln!(csv, "{},{n},{k},{name},{ms:.5},{floor_ms:.5}", K::NAME);
+                for (name, ms, predicted) in forms {
+                    let predicted = predicted.map_or(String::new(), |ms| format!("{ms:.5}"));
+                    let _ = writeln!(csv, "{},{n},{k},{name},{ms:.5},{floor_ms:.5},{predicted}", K::NAME);
                 }
             }
         }
@@ -1299,7 +1304,7 @@ fn small_sweep(gpu: &Gpu) {
     let dir = results_dir();
     std::fs::create_dir_all(&dir).expect("cannot create the results folder");
     let path = dir.join("small-sweep.csv");
-    let mut csv = String::from("key,n,k,form,ms,floor_ms\n");
+    let mut csv = String::from("key,n,k,form,ms,floor_ms,predicted_ms\n");
     one::<f32>(gpu, |value| value, &mut csv);
     one::<half::bf16>(gpu, half::bf16::from_f32, &mut csv);
     one::<f64>(gpu, |value| value as f64, &mut csv);

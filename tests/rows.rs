@@ -448,20 +448,20 @@ fn split_radix_row_i64() {
     check_split_radix_row::<i64>();
 }
 
-/// Few long rows split as a GPU's balanced rule splits them (runs 280–281): one row of 2^19
-/// keys at k = 16 (128 parts, the block kernel over their 2048 candidates), of 2^18 at k = 32
-/// (16 parts: a co-ranking merge, not the warp kernel over 32), of 2^22 at k = 1024 (64
-/// parts, the radix kernel over 65 536 candidates), 8 rows of 2^20 at k = 2048 (32 parts
-/// each), and f64's 2^21 at k = 512; uniform keys and a few distinct values (ties across
-/// parts). The emulator splits a row in two at most; it takes smaller rows through the same
-/// calls.
+/// Few long rows split as a GPU's balanced rule splits them (runs 280–281): one row of 2^20
+/// keys at k = 8 (256 parts, the block kernel over their 2048 candidates), of 2^19 at k = 16
+/// and 2^18 at k = 32 (16 parts: a co-ranking merge, not the warp kernel over 64 or 32), of
+/// 2^22 at k = 1024 (64 parts, the radix kernel over 65 536 candidates), 8 rows of 2^20 at
+/// k = 2048 (32 parts each), and f64's 2^21 at k = 512; uniform keys and a few distinct
+/// values (ties across parts). The emulator splits a row in two at most; it takes smaller
+/// rows through the same calls.
 #[test]
 fn few_long_rows_split_for_balance() {
     let gpu = common::gpu();
     let shapes: &[(usize, usize, usize)] = if common::on_emulator(&gpu) {
         &[(1, 40_000, 16), (2, 30_000, 1024)]
     } else {
-        &[(1, 1 << 19, 16), (1, 1 << 18, 32), (1, 1 << 22, 1024), (8, 1 << 20, 2048)]
+        &[(1, 1 << 20, 8), (1, 1 << 19, 16), (1, 1 << 18, 32), (1, 1 << 22, 1024), (8, 1 << 20, 2048)]
     };
     for &(rows, cols, k) in shapes {
         for (d, distribution) in

@@ -73,8 +73,9 @@ const BALANCED_FROM_PART_LEN: u64 = 1 << 16;
 /// kernel take [`MERGE_MAX_RUNS`] parts (a co-ranking merge); longer ones as many parts as
 /// give the block kernel [`BLOCK_MERGE_CANDIDATES`] (H100 run 281, f32: 2^18 keys at k = 32
 /// in 16 parts 0.027 ms, in 32, the warp kernel's 1024 candidates, 0.041; 2^19 at k = 16
-/// in 128 parts 0.031 ms, in 64 0.040).
-const SHORT_SPLIT_ROW: u64 = 1 << 18;
+/// in 16 parts 0.032 ms, in 64 0.040, in 128 0.031; H200 run 280, bf16 2^19 at k = 16: 16
+/// parts 0.029, 128 parts 0.033; 2^20: 16 parts 0.043, 128 parts 0.031).
+const SHORT_SPLIT_ROW: u64 = 1 << 19;
 /// Candidates of the block kernel's second pass when the warp kernel's would be too few.
 const BLOCK_MERGE_CANDIDATES: u64 = 2048;
 /// The most candidates per row the warp kernel takes as a split row's second pass (its
@@ -1043,8 +1044,18 @@ mod tests {
         );
         assert_eq!(
             radix_blocks_per_row(rows(1, 1 << 19), 16, 4, 132, &Tuning::default()),
+            16,
+            "a co-ranking merge, not the warp kernel over 64 parts"
+        );
+        assert_eq!(
+            radix_blocks_per_row(rows(1, 1 << 20), 8, 2, 132, &Tuning::default()),
+            256,
+            "the block kernel over 2048 candidates, not the warp kernel over 128 parts"
+        );
+        assert_eq!(
+            radix_blocks_per_row(rows(1, 1 << 20), 8, 8, 132, &Tuning::default()),
             128,
-            "the block kernel over 2048 candidates, not the warp kernel over 64 parts"
+            "64-bit keys keep the warp kernel"
         );
         assert_eq!(
             radix_blocks_per_row(rows(8, 1 << 20), 2048, 4, 132, &Tuning::default()),
