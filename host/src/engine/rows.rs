@@ -1005,9 +1005,10 @@ mod tests {
             "rms error: queues {queue_rms:.3}, radix {radix_rms:.3}; Auto's cost: mean {:.3}, worst {worst_choice:.3}",
             choice_cost / cases
         );
-        // The fit: queues 0.280, radix 0.162 (rms; 0.162 without the moved shapes too); its
-        // choice 1.7 % on average, 64.7 % at worst (10 000 × 1000 at k = 8: the queues' 0.097 ms where the warp radix kernel
-        // takes 0.059; the queues' model under-predicts them there, 0.061).
+        // The fit: queues 0.288, radix 0.162 (rms; the radix error the same without the
+        // moved shapes); its choice 1.7 % on average, 64.7 % at worst (10 000 × 1000 at
+        // k = 8: the queues' 0.097 ms where the warp radix kernel takes 0.059; the queues'
+        // model under-predicts them there, 0.061).
         assert!(queue_rms < 0.29, "queues predicted within {queue_rms:.3} (rms)");
         assert!(radix_rms < 0.17, "radix predicted within {radix_rms:.3} (rms)");
         assert!(choice_cost / cases < 0.02, "Auto costs {:.3} on average", choice_cost / cases);

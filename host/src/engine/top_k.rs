@@ -36,7 +36,7 @@ use crate::{Order, SelectKey};
 const ONE_ROW_MIN_KEYS: usize = 1 << 14;
 /// See [`ONE_ROW_MIN_KEYS`]: every `k` the rows take.
 const ONE_ROW_MAX_KEYS: usize = 1 << 17;
-/// See [`ONE_ROW_MIN_KEYS`]: `k` from 128 (to 2048 for this bound, to 1024 for the next).
+/// See [`ONE_ROW_MIN_KEYS`]: `k` from 1025 to 2048, every key width.
 const ONE_ROW_LARGE_K_MAX_KEYS: usize = 1 << 18;
 /// See [`ONE_ROW_MIN_KEYS`]: 128 ≤ k ≤ 1024, 64-bit keys.
 const ONE_ROW_MID_K_MAX_KEYS_64: usize = 1 << 19;
