@@ -1127,13 +1127,14 @@ fn time_one_row_top_k<K: SelectKey>(
 }
 
 /// Exact selection and SampleSelect's top-k with the bracket's sample as the policy takes
-/// it (8192 keys from 2^28 for top-k and middle ranks) and held at the levels' 2048 (section
+/// it (8192 keys from 2^27 for top-k and middle ranks) and held at the levels' 2048 (section
 /// `bracket-sweep`, never on by default): uniform f32 at 2^27 and 2^28 (the median, ranks
 /// n/10 and n/100, the approximate median of 1024 buckets, top-k of 1024 and 262 144 by
 /// SampleSelect), f64 and bf16 medians at 2^28,
 /// each beside the read floor of its bytes, `GPU_SELECT_BRACKET_ROUNDS` rounds (default 2);
 /// `GPU_SELECT_BRACKET_LOG_N` takes f32 at those sizes only, `GPU_SELECT_SAMPLE_BLOCKS_PER_SM`
-/// adds policies with other grids.
+/// adds policies with other grids, `GPU_SELECT_BRACKET_SAMPLE` policies with other bracket
+/// samples at every size.
 fn bracket_sweep(gpu: &Gpu) {
     fn one<K: SelectKey>(gpu: &Gpu, log_n: u32, convert: fn(f32) -> K, top_k: bool) {
         let n = 1usize << log_n;
@@ -1151,6 +1152,18 @@ fn bracket_sweep(gpu: &Gpu) {
             if let Ok(blocks) = blocks.trim().parse::<u32>() {
                 policies
                     .push((SampleSelectPolicy { blocks_per_sm: blocks, ..default }, format!("bps{blocks}")));
+            }
+        }
+        // `GPU_SELECT_BRACKET_SAMPLE` (a list) adds brackets of that many sample keys at
+        // every size (`large_bracket_sample_from` 0).
+        for sample in std::env::var("GPU_SELECT_BRACKET_SAMPLE").unwrap_or_default().split(',') {
+            if let Ok(sample) = sample.trim().parse::<u32>() {
+                let policy = SampleSelectPolicy {
+                    large_bracket_sample_from: 0,
+                    large_bracket_sample: sample,
+                    ..default
+                };
+                policies.push((policy, format!("{sample}-all")));
             }
         }
         for round in 1..=rounds {

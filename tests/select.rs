@@ -210,8 +210,11 @@ fn bracket_gives_the_levels_answer() {
                 SampleSelectPolicy { bracket: false, ..default },
                 SampleSelectPolicy { sample_size: 16, ..default },
                 SampleSelectPolicy { sample_size: 256, ..default },
-                // The largest bracket sample (8192 keys, the sample kernel's eight a thread).
+                // The largest bracket sample (8192 keys, the sample kernel's eight a thread)
+                // and one of 5000 (most threads' last keys padding); the bracket's keys are
+                // selected, not sorted.
                 SampleSelectPolicy { large_bracket_sample_from: 0, ..default },
+                SampleSelectPolicy { large_bracket_sample_from: 0, large_bracket_sample: 5000, ..default },
             ] {
                 let options = SelectOptions::new(order).with_policy(policy);
                 for k in [0, 1, n / 100, n / 2, n - 2, n - 1] {
@@ -230,7 +233,8 @@ fn bracket_gives_the_levels_answer() {
 #[test]
 fn the_largest_bracket_sample_selects_every_key_type() {
     // The bracket's sample of 8192 keys (eight a thread of the sample kernel, a kernel of
-    // its own per key type) for 64-, 32- and 16-bit keys, spread and repeated: taken for
+    // its own per key type; and 3001, most threads' last keys padding) for 64-, 32- and 16-bit keys,
+    // spread and repeated: taken for
     // the middle ranks (n/3, n/2); the end ranks keep the levels' sample.
     fn check<K: TestKey>(gpu: &Gpu, n: usize) {
         let default = SampleSelectPolicy::for_device(gpu.limits());
@@ -243,6 +247,16 @@ fn the_largest_bracket_sample_selects_every_key_type() {
             for order in [Order::Smallest, Order::Largest] {
                 let sorted = reference::sort_pairs(&data, order);
                 let options = SelectOptions::new(order).with_policy(large);
+                let odd = SelectOptions::new(order)
+                    .with_policy(SampleSelectPolicy { large_bracket_sample: 3001, ..large });
+                for k in [0, n / 3, n / 2, n - 1] {
+                    let context = format!(
+                        "{} {distribution:?} {order:?} k={k} sample 3001",
+                        std::any::type_name::<K>()
+                    );
+                    let got = gpu.select(&device_data, k, &odd).unwrap_or_else(|e| panic!("{context}: {e}"));
+                    assert_eq!(got.value.to_ordered(), oracle(&sorted, k), "{context}");
+                }
                 for k in [0, n / 3, n / 2, n - 1] {
                     let context = format!("{} {distribution:?} {order:?} k={k}", std::any::type_name::<K>());
                     let got =
@@ -446,6 +460,8 @@ fn bad_input_gives_clear_errors() {
         SampleSelectPolicy { bucket_bits: 9, ..default },
         SampleSelectPolicy { sample_size: 1, ..default },
         SampleSelectPolicy { sample_size: 4096, ..default },
+        SampleSelectPolicy { large_bracket_sample: 1, ..default },
+        SampleSelectPolicy { large_bracket_sample: 8193, ..default },
         SampleSelectPolicy { blocks_per_sm: 0, ..default },
     ] {
         let options = SelectOptions::default().with_policy(policy);

@@ -4,11 +4,13 @@
 # large k"): the bench's `small-sweep` section of .gpu-run/bench-NAME.xz (small-sweep.csv
 # under $OUT/NAME-ROUND), `ncu`'s duration of each kernel of the first calls of the f32
 # median of 2^28 (section `bracket-sweep` narrowed to that size) and the same calls'
-# event-timed medians, the tests whose paths the split moved (.gpu-run/test-rows.xz,
-# test-top_k.xz), and the `small` section of two bench binaries by turns.
+# event-timed medians, the tests whose paths the split moved (.gpu-run/test-top_k.xz, and
+# test-rows.xz, test-select.xz where carried), and the `small` section of two bench
+# binaries by turns.
 # Usage, from the repository root on the GPU machine:
 #   docs/results/small-sweep-gpu.sh sweep:NAME[:ROUND] ncu-median:NAME median:NAME tests ab:BASE,NEW
-# (AB_SECTIONS: the bench sections `ab` times, default `small`; TOP_K_TESTS: the top-k tests'
+# (AB_SECTIONS: the bench sections `ab` times, default `small`, AB_LINES the lines it keeps
+# (a regular expression, default `^(small|half)`); TOP_K_TESTS: the top-k tests'
 # filters; GPU_SELECT_SAMPLE_BLOCKS_PER_SM and ROUNDS reach `median`.)
 set -uo pipefail
 source "$(dirname "$0")/gpu-lib.sh"
@@ -26,9 +28,12 @@ for step in "$@"; do
         /tmp/bench-$name --bench > "$dir/small-sweep.log" 2>&1 || status=1
       grep -c "^small-sweep" "$dir/small-sweep.log"
       grep "^small-sweep rows" "$dir/small-sweep.log" ;;
-    tests) unpack test-rows; unpack test-top_k
-      timeout 300 /tmp/test-rows --test-threads=2 > "$out/test-rows.log" 2>&1 || status=1
-      grep -E "few_long|test result" "$out/test-rows.log"
+    tests) unpack test-top_k
+      if [ -f .gpu-run/test-rows.xz ]; then
+        unpack test-rows
+        timeout 300 /tmp/test-rows --test-threads=2 > "$out/test-rows.log" 2>&1 || status=1
+        grep -E "few_long|test result" "$out/test-rows.log"
+      fi
       if [ -f .gpu-run/test-select.xz ]; then
         unpack test-select
         timeout 300 /tmp/test-select --test-threads=2 > "$out/test-select.log" 2>&1 || status=1
@@ -43,7 +48,7 @@ for step in "$@"; do
       for round in 1 2; do
         for binary in $base $new; do
           GPU_SELECT_BENCH_SECTIONS=${AB_SECTIONS:-small} GPU_SELECT_RESULTS_DIR="/tmp/ab-$binary" timeout 200 \
-            /tmp/bench-$binary --bench 2>&1 | grep -E "^(small|half)" | sed "s/^/$binary round $round: /" || status=1
+            /tmp/bench-$binary --bench 2>&1 | grep -E "${AB_LINES:-^(small|half)}" | sed "s/^/$binary round $round: /" || status=1
         done
       done ;;
     ncu-median) unpack bench-$name

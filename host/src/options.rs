@@ -3,7 +3,7 @@
 //! and the engine under them.
 
 use gpu_select_kernels::block::bitonic_sort::MAX_BLOCK_SORT_LEN;
-use gpu_select_kernels::select::sample::MAX_SAMPLE;
+use gpu_select_kernels::select::sample::{BRACKET_SAMPLE, MAX_SAMPLE};
 use gpu_select_kernels::topk::bitonic::{MAX_BITONIC_K, NO_INDEX};
 use gpu_select_kernels::topk::heap::MAX_HEAP_K;
 use gpu_select_kernels::topk::sbp::MAX_SBP_K;
@@ -228,14 +228,17 @@ pub struct SampleSelectPolicy {
     /// Sampled keys per level, 2 to 2048 (one block sort).
     pub sample_size: u32,
     /// From this many keys on, a bracket's level (see [`SampleSelectPolicy::bracket`])
-    /// samples 8192 keys (the sample kernel's largest sort) instead of `sample_size`: for
-    /// top-k always, for a selection only of a rank `k` with `q(1 − q) ≥ 1/16` (`q = k/n`),
-    /// where a bracket keeps the most keys. A bracket holds about `8σ/√sample` of the keys,
-    /// so the larger sample keeps half as many (a median of 2^28 keys: 4.4 % instead of
-    /// 8.8 %) for a sort of 8192 keys in one block (about 30 µs more on an H100, as estimated
-    /// from runs 275–276): it pays at 2^28 keys (the default; docs/select.md has the
-    /// runs), not at 2^27. `u64::MAX`: never.
+    /// samples `large_bracket_sample` keys instead of `sample_size`: for top-k always, for a
+    /// selection only of a rank `k` with `q(1 − q) ≥ 1/16` (`q = k/n`), where a bracket keeps
+    /// the most keys. A bracket holds about `8σ/√sample` of the keys, so a sample of 8192
+    /// keeps half what 2048 keep (a median: 4.4 % instead of 8.8 %); the bracket's two keys
+    /// are selected from the sample, not sorted out of it, and the larger sample pays from
+    /// 2^27 keys (the default; H100 run 288: the f32 median of 2^27 −4 %, top-k of 262 144
+    /// −3 %; at 2^24 up to 5 % slower; docs/select.md has the runs). `u64::MAX`: never.
     pub large_bracket_sample_from: u64,
+    /// The bracket's sample from `large_bracket_sample_from` keys on: 2 to 8192 (the
+    /// sample kernel's eight keys a thread, the default).
+    pub large_bracket_sample: u32,
     /// Blocks per multiprocessor of the count and filter passes.
     pub blocks_per_sm: u32,
     /// Count with warp-aggregated atomics (`match.any.sync`) instead of per-thread runs of
@@ -264,7 +267,8 @@ impl SampleSelectPolicy {
         Self {
             bucket_bits: 8,
             sample_size: 2048,
-            large_bracket_sample_from: 1 << 28,
+            large_bracket_sample_from: 1 << 27,
+            large_bracket_sample: BRACKET_SAMPLE,
             blocks_per_sm: 8,
             warp_aggregated: false,
             window_count: true,
@@ -298,6 +302,7 @@ impl SampleSelectPolicy {
             bucket_bits: 2,
             sample_size: 128,
             large_bracket_sample_from: u64::MAX,
+            large_bracket_sample: BRACKET_SAMPLE,
             blocks_per_sm: 2,
             warp_aggregated: false,
             window_count: true,
@@ -316,6 +321,12 @@ impl SampleSelectPolicy {
             return Err(Error::invalid(format!(
                 "sample_size = {}: SampleSelect samples 2 to {MAX_SAMPLE} keys",
                 self.sample_size
+            )));
+        }
+        if self.large_bracket_sample < 2 || self.large_bracket_sample > BRACKET_SAMPLE {
+            return Err(Error::invalid(format!(
+                "large_bracket_sample = {}: a bracket samples 2 to {BRACKET_SAMPLE} keys",
+                self.large_bracket_sample
             )));
         }
         if self.blocks_per_sm == 0 {

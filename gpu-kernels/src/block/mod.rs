@@ -2,5 +2,6 @@
 //! with a barrier unless it says otherwise.
 
 pub mod bitonic_sort;
+pub mod places;
 pub mod scan;
 pub mod tiles;

@@ -34,7 +34,8 @@
 //!    and a final level sends the target's first inputs there.
 //!
 //! Exact selection's first level may be a *bracket* ([`flags::BRACKET`]): the sample (up to
-//! [`BRACKET_SAMPLE`] keys, larger than the other levels') gives
+//! [`BRACKET_SAMPLE`] keys, larger than the other levels', not sorted: the two keys are
+//! selected where they lie, [`select_two_places`]) gives
 //! two keys either side of the wanted rank's estimate, and `sample_select_bracket_<key>`
 //! counts the keys below, at and above them and copies those strictly between to a
 //! candidate buffer in the same read, with no oracles and no filter pass; the usual levels
@@ -51,6 +52,7 @@
 //! happen in practice) makes the next level draw a new sample of the same candidates.
 
 use crate::block::bitonic_sort::{BlockSortLayout, MAX_BLOCK_SORT_LEN, sort_capacity, sort_keys};
+use crate::block::places::{TwoPlacesLayout, select_two_places};
 use crate::block::tiles::{
     BucketRuns, HISTOGRAM_BUCKETS, TILE, TILE_COUNT_SET, TILE_ITEMS, TILE_THREADS, TILE_WARPS, block_range,
     load_keys, load_tile_vectors, place_in_order, publish_histogram, scan_block_offsets, unroll_items,
@@ -69,12 +71,12 @@ pub const SAMPLE_SORT_THREADS: u32 = 1024;
 /// Sample keys each thread of the sample kernel holds.
 const SAMPLE_KEYS_PER_THREAD: usize = (MAX_BLOCK_SORT_LEN / SAMPLE_SORT_THREADS) as usize;
 /// The largest sample of a bracket's level ([`flags::BRACKET`]): four times [`MAX_SAMPLE`],
-/// eight keys a thread of the sample kernel, sorted by the same network. Only two of its
-/// keys become splitters, and a bracket holds about `8·σ/√sample` of the keys: a sample
-/// of 8192 keeps half what one of 2048 keeps (4.4 % of a median's input, not 8.8 %), so
-/// the pass writes half as many and the next level counts half as many.
+/// eight keys a thread of the sample kernel. Only two of its keys become splitters, found
+/// by selection ([`select_two_places`]), not a sort; a bracket holds about `8·σ/√sample` of
+/// the keys: a sample of 8192 keeps half what one of 2048 keeps (4.4 % of a median's input,
+/// not 8.8 %), so the pass writes half as many and the next level counts half as many.
 pub const BRACKET_SAMPLE: u32 = 4 * MAX_SAMPLE;
-/// Sample keys each thread of the sample kernel holds for a sample past [`MAX_SAMPLE`].
+/// Sample keys each thread of the sample kernel holds at a bracket's level.
 const BRACKET_KEYS_PER_THREAD: usize = (BRACKET_SAMPLE / SAMPLE_SORT_THREADS) as usize;
 /// The most buckets of approximate selection (which keeps no oracles).
 pub const MAX_BUCKETS: usize = 1 << MAX_BUCKET_BITS;
@@ -349,9 +351,12 @@ fn sample_position(seed: u64, level: u32, attempt: u32, i: u32, len: u64) -> u64
 pub struct SampleSortLayout<B> {
     /// The block sort's slots (keys only), for the largest sample ([`BRACKET_SAMPLE`]).
     pub sort: BlockSortLayout<B>,
-    /// The sorted sample: the sort's own slots, written once the sort is done (64 KiB for
-    /// 64-bit keys, within what every GPU from sm_80 on gives a block).
+    /// The sorted sample, or a bracket's sample as drawn: the sort's own slots, written once
+    /// the sort is done (64 KiB for 64-bit keys, within what every GPU from sm_80 on gives
+    /// a block).
     pub sorted: SharedRegion<B>,
+    /// A bracket's selection of its two keys.
+    pub places: TwoPlacesLayout,
     /// Bytes to ask for at launch.
     pub bytes: usize,
 }
@@ -360,8 +365,9 @@ impl<B> SampleSortLayout<B> {
     /// The layout.
     pub const fn new() -> Self {
         let (layout, sort) = BlockSortLayout::keys_after(SharedLayout::new(), BRACKET_SAMPLE);
+        let (layout, places) = TwoPlacesLayout::after(layout);
         let sorted = sort.bits;
-        Self { sort, sorted, bytes: layout.bytes() }
+        Self { sort, sorted, places, bytes: layout.bytes() }
     }
 }
 
@@ -473,21 +479,36 @@ pub unsafe fn sample<K: Key>(params: SampleParams<K>) {
     let count = if base { len as u32 } else { params.sample_size };
     let layout = SampleSortLayout::<K::Bits>::new();
     let sorted = unsafe { layout.sorted.bind() };
-    // The keys at `at(slot)` for the sample's `count` slots, sorted into `sorted`.
+    let splitter_count = (1usize << params.bucket_bits) - 1;
+    // The keys at `at(slot)` for the sample's `count` slots.
     let at = |slot: u32| {
         if base { slot as u64 } else { sample_position(params.seed, level_index, level.attempt, slot, len) }
     };
-    unsafe {
-        if count > MAX_SAMPLE {
-            sort_sample::<K, BRACKET_KEYS_PER_THREAD>(keys, count, at, flip, &layout)
-        } else {
-            sort_sample::<K, SAMPLE_KEYS_PER_THREAD>(keys, count, at, flip, &layout)
+    if params.has(flags::BRACKET) && !base {
+        // Two keys of the sample, selected where they lie: no sort.
+        let (low, high) =
+            unsafe { bracket_bounds::<K, BRACKET_KEYS_PER_THREAD>(keys, count, at, flip, &level, &layout) };
+        let mut splitter = thread;
+        while splitter < splitter_count {
+            unsafe {
+                params
+                    .level_splitters()
+                    .write(splitter as u64, bracket_splitter(low, high, splitter).to_u64());
+                params
+                    .splitters
+                    .write((2 * MAX_BUCKETS + splitter) as u64, (splitter == 0 || splitter == 2) as u64);
+            }
+            splitter += SAMPLE_SORT_THREADS as usize;
         }
+        return;
+    }
+    // Otherwise the whole sample, sorted into `sorted`.
+    unsafe {
+        sort_sample::<K, SAMPLE_KEYS_PER_THREAD>(keys, count, at, flip, &layout);
         device::sync_threads();
     }
 
     let emit = params.has(flags::EMIT);
-    let splitter_count = (1usize << params.bucket_bits) - 1;
     if base {
         let answer = unsafe { sorted.load(level.k_left as usize - 1) };
         if !emit && !params.has(flags::APPROXIMATE) {
@@ -517,9 +538,6 @@ pub unsafe fn sample<K: Key>(params: SampleParams<K>) {
             // v's equality bucket.
             let answer = unsafe { sorted.load(level.k_left as usize - 1) };
             if thread == 0 { (answer, true) } else { (successor(answer), false) }
-        } else if params.has(flags::BRACKET) {
-            let (low, high) = unsafe { bracket_bounds(&sorted, count, level.k_left, level.len) };
-            (bracket_splitter(low, high, thread), thread == 0 || thread == 2)
         } else if params.has(flags::SINGLE_PIVOT) {
             let pivot = unsafe { sorted.load(count as usize / 2) };
             if thread == 0 { (pivot, true) } else { (successor(pivot), false) }
@@ -548,7 +566,7 @@ pub unsafe fn sample<K: Key>(params: SampleParams<K>) {
 ///
 /// # Safety
 /// *Block-wide*, [`SAMPLE_SORT_THREADS`] threads; `count ≤ SAMPLE_SORT_THREADS · R ≤`
-/// [`BRACKET_SAMPLE`]; every `at(slot)` a key of `keys`.
+/// [`MAX_SAMPLE`]; every `at(slot)` a key of `keys`.
 #[inline(always)]
 unsafe fn sort_sample<K: Key, const R: usize>(
     keys: GlobalPtr<K>,
@@ -586,15 +604,63 @@ unsafe fn sort_sample<K: Key, const R: usize>(
 /// (9 % for the median with a sample of 2048).
 pub const BRACKET_SIGMAS: u64 = 4;
 
-/// The bracket of rank `k` (from 1) among `len` candidates, from their sorted sample of
-/// `count`: the sample keys [`BRACKET_SIGMAS`] standard deviations of the sample quantile's
-/// rank below and above the estimate (the lowest and highest rank bits past the sample's
-/// ends).
+/// The bracket of the level's rank among its candidates, from their sample of `count` keys
+/// at `at(slot)`: the sample keys [`BRACKET_SIGMAS`] standard deviations of the sample
+/// quantile's rank below and above the estimate (the lowest and highest rank bits past the
+/// sample's ends), selected from the keys in registers ([`select_two_places`]).
 ///
 /// # Safety
-/// `sorted` holds `count ≥ 1` rank bits, sorted.
-unsafe fn bracket_bounds<B: OrderedBits>(sorted: &SharedSlice<B>, count: u32, k: u64, len: u64) -> (B, B) {
-    let count = count as u64;
+/// *Block-wide*, [`SAMPLE_SORT_THREADS`] threads; `2 ≤ count ≤ SAMPLE_SORT_THREADS · R`;
+/// every `at(slot)` a key of `keys`.
+#[inline(always)]
+unsafe fn bracket_bounds<K: Key, const R: usize>(
+    keys: GlobalPtr<K>,
+    count: u32,
+    at: impl Fn(u32) -> u64,
+    flip: K::Bits,
+    level: &SampleLevel,
+    layout: &SampleSortLayout<K::Bits>,
+) -> (K::Bits, K::Bits) {
+    // Every load issued before any is used, then the keys to shared memory: the selection
+    // reads them there, so that they hold no registers (64-bit keys spilled when they did).
+    let mut bits = [K::Bits::MAX; R];
+    let thread = device::thread_idx_x();
+    for (r, slot_bits) in bits.iter_mut().enumerate() {
+        let slot = r as u32 * SAMPLE_SORT_THREADS + thread;
+        if slot < count {
+            *slot_bits = unsafe { keys.read(at(slot)) }.to_ordered().xor(flip);
+        }
+    }
+    let sample = unsafe { layout.sorted.bind() };
+    for (r, &slot_bits) in bits.iter().enumerate() {
+        let slot = r as u32 * SAMPLE_SORT_THREADS + thread;
+        if slot < count {
+            unsafe { sample.store(slot as usize, slot_bits) };
+        }
+    }
+    unsafe { device::sync_threads() };
+    let (low_place, high_place) = bracket_places(count as u64, level.k_left, level.len);
+    let places = [low_place.unwrap_or(0), high_place.unwrap_or(0)];
+    let [low, high] = unsafe { select_two_places(&sample, count as usize, places, &layout.places) };
+    (
+        if low_place.is_some() { low } else { K::Bits::MIN },
+        if high_place.is_some() { high } else { K::Bits::MAX },
+    )
+}
+
+/// The sample places (from 0, of `count` sorted) of a bracket around rank `k` (from 1) of
+/// `len` candidates: [`BRACKET_SIGMAS`] standard deviations of the sample quantile's rank
+/// below and above the estimate; `None` past the sample's ends.
+///
+/// ```
+/// use gpu_select_kernels::select::sample::bracket_places;
+///
+/// // The median of 2^28 keys from a sample of 8192: σ = 45 places, 4σ + 1 either side.
+/// assert_eq!(bracket_places(8192, 1 << 27, 1 << 28), (Some(4095 - 181), Some(4095 + 181)));
+/// // Rank 1: nothing below.
+/// assert_eq!(bracket_places(8192, 1, 1 << 28), (None, Some(5)));
+/// ```
+pub fn bracket_places(count: u64, k: u64, len: u64) -> (Option<u64>, Option<u64>) {
     // The estimate's place in the sample, and the binomial spread of a sample quantile
     // there: `√(count · q · (1 − q))` with `q = k / len`, in sample places.
     let estimate = ((k - 1) as u128 * count as u128 / len as u128) as u64;
@@ -604,13 +670,7 @@ unsafe fn bracket_bounds<B: OrderedBits>(sorted: &SharedSlice<B>, count: u32, k:
         sigma += 1;
     }
     let reach = BRACKET_SIGMAS * sigma + 1;
-    let low = match estimate.checked_sub(reach) {
-        Some(place) => unsafe { sorted.load(place as usize) },
-        None => B::MIN,
-    };
-    let high =
-        if estimate + reach < count { unsafe { sorted.load((estimate + reach) as usize) } } else { B::MAX };
-    (low, high)
+    (estimate.checked_sub(reach), Some(estimate + reach).filter(|&place| place < count))
 }
 
 /// Splitter `j` (0 to 6) of a bracket `[low, high]`: `low`, its successor, `high` (at least

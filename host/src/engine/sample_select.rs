@@ -8,11 +8,10 @@ use gpu_select_kernels::block::tiles::TILE;
 use gpu_select_kernels::block::tiles::TILE_WARPS;
 use gpu_select_kernels::params::GlobalPtr;
 use gpu_select_kernels::select::sample::{
-    BRACKET_BUCKET_BITS, BRACKET_SAMPLE, BracketLayout, BracketTopKLayout, KeptRun, LEVEL_SLOTS,
-    MAX_BUCKET_BITS, MAX_BUCKETS, MAX_EXACT_BUCKET_BITS, MAX_SAMPLE, MAX_SAMPLE_BLOCKS, NearestLayout,
-    RangeLayout, SAMPLE_SORT_THREADS, SAMPLE_THREADS, SPLITTER_SLOTS, SampleChooseLayout, SampleLevel,
-    SampleOutcome, SampleParams, SamplePassLayout, SampleSortLayout, WARP_TILE, WINDOW_BITS, WindowLayout,
-    flags,
+    BRACKET_BUCKET_BITS, BracketLayout, BracketTopKLayout, KeptRun, LEVEL_SLOTS, MAX_BUCKET_BITS,
+    MAX_BUCKETS, MAX_EXACT_BUCKET_BITS, MAX_SAMPLE, MAX_SAMPLE_BLOCKS, NearestLayout, RangeLayout,
+    SAMPLE_SORT_THREADS, SAMPLE_THREADS, SPLITTER_SLOTS, SampleChooseLayout, SampleLevel, SampleOutcome,
+    SampleParams, SamplePassLayout, SampleSortLayout, WARP_TILE, WINDOW_BITS, WindowLayout, flags,
 };
 
 use crate::buffer::{DeviceBuffer, DeviceValue};
@@ -108,21 +107,21 @@ impl SamplePlan {
         Self { policy, blocks: blocks as u32, capacity, run_capacity, flags }
     }
 
-    /// The sample of a bracket's level for rank `k` (from 1) of `n` keys: [`BRACKET_SAMPLE`]
-    /// keys from the policy's `large_bracket_sample_from` keys on, for top-k always and for a
-    /// selection of a rank with `q(1 − q) ≥ 1/16` (`q = k/n`); else the policy's
-    /// `sample_size`. Near the ends a bracket keeps few keys whatever its sample (rank n/100
-    /// of 2^28: 1.7 % with 2048, 0.9 % with 8192), and the larger sort costs more than the
-    /// count it saves (H100 run 275: 0.527 → 0.554 ms); at the median it saves more than
-    /// the sort costs (run 277: 0.643 → 0.605 ms).
+    /// The sample of a bracket's level for rank `k` (from 1) of `n` keys: the policy's
+    /// `large_bracket_sample` keys (8192 by default) from its
+    /// `large_bracket_sample_from` keys on, for top-k always and for a selection of a rank
+    /// with `q(1 − q) ≥ 1/16` (`q = k/n`); else the policy's `sample_size`. Near the ends a
+    /// bracket keeps few keys whatever its sample (rank n/100 of 2^28: 1.7 % with 2048,
+    /// 0.9 % with 8192), and when the sample kernel sorted the sample the larger sort cost
+    /// more than the count it saved (H100 run 275: 0.527 → 0.554 ms); at the median it saved
+    /// more than the sort cost (run 277: 0.643 → 0.605 ms).
     fn bracket_sample(&self, n: u64, k: u64) -> u32 {
         let middle = || {
             let (k, n) = (k as u128, n as u128);
             16 * k * (n - k.min(n)) >= n * n
         };
         let large = n >= self.policy.large_bracket_sample_from && (self.flags & flags::EMIT != 0 || middle());
-        // The policy's check keeps `sample_size` within MAX_SAMPLE, below BRACKET_SAMPLE.
-        if large { BRACKET_SAMPLE } else { self.policy.sample_size }
+        if large { self.policy.large_bracket_sample } else { self.policy.sample_size }
     }
 
     /// The policy it runs with.
@@ -524,6 +523,7 @@ fn decode<K: Key>(value: u64, order: Order) -> K {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpu_select_kernels::select::sample::BRACKET_SAMPLE;
 
     #[test]
     fn any_blocks_per_multiprocessor_gives_a_plan() {
@@ -538,7 +538,7 @@ mod tests {
         let sample =
             |n: u64, k: u64, policy, flags| SamplePlan::new(n, 132, policy, flags).bracket_sample(n, k);
         let (select, top_k) = (flags::BRACKET, flags::BRACKET | flags::EMIT);
-        let n = 1u64 << 28;
+        let n = 1u64 << 27;
         // Selection: the middle ranks only, q(1 − q) ≥ 1/16 (q from about 0.067 to 0.933;
         // 1/15 falls just outside).
         for (k, expected) in
@@ -560,6 +560,8 @@ mod tests {
         assert_eq!(sample(1 << 33, 1 << 32, never, select), 2048);
         let small = SampleSelectPolicy { sample_size: 64, ..never };
         assert_eq!(sample(1 << 33, 1 << 32, small, select), 64);
+        let fewer = SampleSelectPolicy { large_bracket_sample: 4096, ..default };
+        assert_eq!(sample(n, n / 2, fewer, select), 4096);
     }
 
     #[test]
@@ -568,6 +570,7 @@ mod tests {
             bucket_bits: 8,
             sample_size: 2048,
             large_bracket_sample_from: 1 << 28,
+            large_bracket_sample: BRACKET_SAMPLE,
             blocks_per_sm: 2,
             warp_aggregated: false,
             window_count: true,
