@@ -1134,7 +1134,7 @@ fn time_one_row_top_k<K: SelectKey>(
 /// each beside the read floor of its bytes, `GPU_SELECT_BRACKET_ROUNDS` rounds (default 2);
 /// `GPU_SELECT_BRACKET_LOG_N` takes f32 at those sizes only, `GPU_SELECT_SAMPLE_BLOCKS_PER_SM`
 /// adds policies with other grids, `GPU_SELECT_BRACKET_SAMPLE` policies with other bracket
-/// samples at every size.
+/// samples at every size, `GPU_SELECT_RADIX_FINISH` with other radix finishes.
 fn bracket_sweep(gpu: &Gpu) {
     fn one<K: SelectKey>(gpu: &Gpu, log_n: u32, convert: fn(f32) -> K, top_k: bool) {
         let n = 1usize << log_n;
@@ -1164,6 +1164,13 @@ fn bracket_sweep(gpu: &Gpu) {
                     ..default
                 };
                 policies.push((policy, format!("{sample}-all")));
+            }
+        }
+        // `GPU_SELECT_RADIX_FINISH` (a list) adds the default with other radix finishes.
+        for finish in std::env::var("GPU_SELECT_RADIX_FINISH").unwrap_or_default().split(',') {
+            if let Ok(finish) = finish.trim().parse::<u32>() {
+                policies
+                    .push((SampleSelectPolicy { radix_finish: finish, ..default }, format!("rf{finish}")));
             }
         }
         for round in 1..=rounds {

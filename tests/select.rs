@@ -160,14 +160,15 @@ fn selection_agrees_with_top_k() {
 fn every_policy_gives_the_same_answer() {
     // Fewer buckets, warp-aggregated atomics, small samples (more levels), and a sample so
     // small that target buckets overflow the candidate buffers (n/32) and levels sample
-    // again.
+    // again; the radix finish off, so that the levels run to the base case.
     let gpu = common::gpu();
     let n = if common::on_emulator(&gpu) { 40_000 } else { 4_000_000 };
     let data = generate::<f32>(n, Distribution::Uniform, 23);
     let device_data = gpu.upload(&data).unwrap();
     let sorted = reference::sort_pairs(&data, Order::Smallest);
-    let default = SampleSelectPolicy::for_device(gpu.limits());
+    let default = SampleSelectPolicy { radix_finish: 0, ..SampleSelectPolicy::for_device(gpu.limits()) };
     for policy in [
+        SampleSelectPolicy::for_device(gpu.limits()),
         SampleSelectPolicy { warp_aggregated: true, ..default },
         SampleSelectPolicy { bucket_bits: 4, ..default },
         SampleSelectPolicy { bucket_bits: 1, sample_size: 64, ..default },
@@ -215,6 +216,10 @@ fn bracket_gives_the_levels_answer() {
                 // selected, not sorted.
                 SampleSelectPolicy { large_bracket_sample_from: 0, ..default },
                 SampleSelectPolicy { large_bracket_sample_from: 0, large_bracket_sample: 5000, ..default },
+                // The radix finish (what the default takes for the level after the bracket
+                // here: 2048 < kept ≤ 2^15) off, and forced after a plain first level.
+                SampleSelectPolicy { radix_finish: 0, ..default },
+                SampleSelectPolicy { bracket: false, sample_size: 16, radix_finish: u32::MAX, ..default },
             ] {
                 let options = SelectOptions::new(order).with_policy(policy);
                 for k in [0, 1, n / 100, n / 2, n - 2, n - 1] {
@@ -265,8 +270,13 @@ fn the_largest_bracket_sample_selects_every_key_type() {
                     if k == n / 2 && d == 0 && size_of::<K>() >= 4 {
                         // The larger sample's bracket holds about half the keys: a median of
                         // spread keys ends in fewer levels than with the levels' 2048.
-                        let levels_sample =
-                            SampleSelectPolicy { large_bracket_sample_from: u64::MAX, ..default };
+                        // (The radix finish off: it would end both at the level after the
+                        // bracket.)
+                        let levels_sample = SampleSelectPolicy {
+                            large_bracket_sample_from: u64::MAX,
+                            radix_finish: 0,
+                            ..default
+                        };
                         let before =
                             gpu.select(&device_data, k, &options.with_policy(levels_sample)).unwrap();
                         assert_eq!(before.value.to_ordered(), oracle(&sorted, k), "{context}");

@@ -257,6 +257,12 @@ pub struct SampleSelectPolicy {
     /// data; a bracket that misses (rarely) costs one more level over the data. Top-k and
     /// QuickSelect do not use it.
     pub bracket: bool,
+    /// A selection's level after the first whose candidates number more than 2048 and at
+    /// most this finishes in one block: the rank's key selected by radix digits over the
+    /// candidates where they lie (one read of them per byte of the key, from L2), instead of
+    /// a level's sample, count, choose and gather and the level after it. 0: never. Top-k,
+    /// approximate selection, QuickSelect and bucket select do not use it.
+    pub radix_finish: u32,
 }
 
 impl SampleSelectPolicy {
@@ -273,6 +279,7 @@ impl SampleSelectPolicy {
             warp_aggregated: false,
             window_count: true,
             bracket: true,
+            radix_finish: 1 << 15,
         }
     }
 
@@ -282,18 +289,29 @@ impl SampleSelectPolicy {
     /// passes then run in one wave of blocks (H100 run 282, f32: top-k of 1024 by SampleSelect
     /// −13 % at 2^24, −6 % at 2^28; medians −7 % at 2^24, −1 % at 2^27 and 2^28); 64-bit
     /// keys were 15 % slower so (their passes want more loads in flight), 16-bit ones 1–3 %.
+    /// The radix finish scales with the bytes it reads, `candidates × key bytes × key
+    /// bytes` (one read per byte of rank bits, 16-bit keys' bits being 32-bit): 2^15
+    /// candidates for 32-bit keys, 2^16 for 16-bit, 2^13 for 64-bit. One block reads about
+    /// 25 GB/s that way (H100 run 292: 285 000 f32 candidates took 180 µs more than the
+    /// levels; 46 000, a median of 2^28, broke even; f64 at 46 000 was 2.4 % slower).
     ///
     /// ```
     /// use gpu_select::{Gpu, SampleSelectPolicy};
     ///
     /// let gpu = Gpu::emulator();
     /// assert_eq!(SampleSelectPolicy::for_keys(gpu.limits(), 4).blocks_per_sm, 4);
-    /// assert_eq!(SampleSelectPolicy::for_keys(gpu.limits(), 8), SampleSelectPolicy::for_device(gpu.limits()));
+    /// assert_eq!(SampleSelectPolicy::for_keys(gpu.limits(), 8).radix_finish, 1 << 13);
+    /// assert_eq!(SampleSelectPolicy::for_keys(gpu.limits(), 2).radix_finish, 1 << 16);
     /// ```
     pub fn for_keys(limits: &DeviceLimits, key_bytes: usize) -> Self {
         let policy = Self::for_device(limits);
         let blocks_per_sm = if key_bytes == 4 { policy.blocks_per_sm / 2 } else { policy.blocks_per_sm };
-        Self { blocks_per_sm, ..policy }
+        let radix_finish = match key_bytes {
+            8 => policy.radix_finish >> 2,
+            2 => policy.radix_finish << 1,
+            _ => policy.radix_finish,
+        };
+        Self { blocks_per_sm, radix_finish, ..policy }
     }
 
     /// QuickSelect's: four buckets (a three-way partition), the median of 128 samples.
@@ -307,6 +325,7 @@ impl SampleSelectPolicy {
             warp_aggregated: false,
             window_count: true,
             bracket: false,
+            radix_finish: 0,
         }
     }
 

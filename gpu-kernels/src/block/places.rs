@@ -38,17 +38,18 @@ impl TwoPlacesLayout {
     }
 }
 
-/// The rank bits at `places[0]` and `places[1]` (from 0, in ascending order of bits) of
-/// `keys[..count]`, returned to every thread: the values a sort of them would store at those
-/// places. The keys stay where they are (read once a round, `count / threads` a thread).
+/// The rank bits at `places[0]` and `places[1]` (from 0, in ascending order of bits) of the
+/// `count` keys `read(0)`, …, `read(count − 1)`, returned to every thread: the values a sort
+/// of them would store at those places. The keys stay where they are, in shared or global
+/// memory, and are read once a round (`count / threads` a thread, eight loads in flight).
 ///
 /// # Safety
 /// *Block-wide*, at least two warps, every thread with the same `count` and `places`, each
-/// place below `count ≤ keys.len()`; the keys written before a barrier, and not written
-/// until the call returns; `layout` within the launch's shared memory.
+/// place below `count`; `read(i)` for `i < count` reads keys that no thread writes during the
+/// call (shared ones written before a barrier); `layout` within the launch's shared memory.
 #[inline(always)]
 pub unsafe fn select_two_places<B: OrderedBits>(
-    keys: &SharedSlice<B>,
+    read: impl Fn(usize) -> B,
     count: usize,
     places: [u64; 2],
     layout: &TwoPlacesLayout,
@@ -76,9 +77,9 @@ pub unsafe fn select_two_places<B: OrderedBits>(
             bin += threads;
         }
         unsafe { device::sync_threads() };
-        unsafe { count_digits(keys, count, prefix_0, shift, first, &histogram_0) };
+        unsafe { count_digits(&read, count, prefix_0, shift, first, &histogram_0) };
         if !one_histogram {
-            unsafe { count_digits(keys, count, prefix_1, shift, first, &histogram_1) };
+            unsafe { count_digits(&read, count, prefix_1, shift, first, &histogram_1) };
         }
         unsafe { device::sync_threads() };
         if warp < 2 {
@@ -121,6 +122,9 @@ pub unsafe fn select_two_places<B: OrderedBits>(
     [B::from_u64(prefix_0), B::from_u64(prefix_1)]
 }
 
+/// Keys a thread loads before it counts any of them.
+const LOADS_IN_FLIGHT: usize = 8;
+
 /// Adds to `histogram` the digit at `shift` of each of the thread's keys (`thread`,
 /// `thread + threads`, … below `count`) whose bits above the digit are `prefix`'s (all of
 /// them in the `first` round: no shift by the full width). A thread's run of one digit adds
@@ -130,7 +134,7 @@ pub unsafe fn select_two_places<B: OrderedBits>(
 /// As [`select_two_places`]; `histogram` holds [`BINS`] counters, cleared.
 #[inline(always)]
 unsafe fn count_digits<B: OrderedBits>(
-    keys: &SharedSlice<B>,
+    read: &impl Fn(usize) -> B,
     count: usize,
     prefix: u64,
     shift: u32,
@@ -140,19 +144,30 @@ unsafe fn count_digits<B: OrderedBits>(
     let prefix = B::from_u64(prefix);
     let threads = device::block_dim_x() as usize;
     let (mut run_digit, mut run) = (0usize, 0u32);
-    let mut at = device::thread_idx_x() as usize;
-    while at < count {
-        let value = unsafe { keys.load(at) };
-        if first || value.shr(shift + DIGIT_BITS) == prefix.shr(shift + DIGIT_BITS) {
-            let digit = (value.shr(shift).low_u32() as usize) & (BINS - 1);
-            if digit != run_digit && run != 0 {
-                unsafe { histogram.atomic_add(run_digit, run) };
-                run = 0;
+    let mut start = device::thread_idx_x() as usize;
+    while start < count {
+        // All loads of the chunk issued before any is counted (keys in global memory).
+        let mut values = [B::MAX; LOADS_IN_FLIGHT];
+        for (i, value) in values.iter_mut().enumerate() {
+            let at = start + i * threads;
+            if at < count {
+                *value = read(at);
             }
-            run_digit = digit;
-            run += 1;
         }
-        at += threads;
+        for (i, &value) in values.iter().enumerate() {
+            let counted = start + i * threads < count
+                && (first || value.shr(shift + DIGIT_BITS) == prefix.shr(shift + DIGIT_BITS));
+            if counted {
+                let digit = (value.shr(shift).low_u32() as usize) & (BINS - 1);
+                if digit != run_digit && run != 0 {
+                    unsafe { histogram.atomic_add(run_digit, run) };
+                    run = 0;
+                }
+                run_digit = digit;
+                run += 1;
+            }
+        }
+        start += LOADS_IN_FLIGHT * threads;
     }
     if run != 0 {
         unsafe { histogram.atomic_add(run_digit, run) };
@@ -172,6 +187,17 @@ mod tests {
     /// Runs the selection on a block of 64 threads over `values` in shared memory and checks
     /// both places against a sort, for every thread.
     fn check<B: OrderedBits + Ord + Send + Sync + core::fmt::Debug>(values: &[B], places: [u64; 2]) {
+        check_from(values, places, false);
+        check_from(values, places, true);
+    }
+
+    /// As [`check`], the keys read from shared memory or straight from `values` (global
+    /// memory, as the emulator has it).
+    fn check_from<B: OrderedBits + Ord + Send + Sync + core::fmt::Debug>(
+        values: &[B],
+        places: [u64; 2],
+        from_global: bool,
+    ) {
         const THREADS: usize = 64;
         let mut sorted = values.to_vec();
         sorted.sort();
@@ -192,7 +218,11 @@ mod tests {
                 at += THREADS;
             }
             unsafe { device::sync_threads() };
-            let found = unsafe { select_two_places(&keys, values.len(), places, &regions) };
+            let found = if from_global {
+                unsafe { select_two_places(|i| values[i], values.len(), places, &regions) }
+            } else {
+                unsafe { select_two_places(|i| keys.load(i), values.len(), places, &regions) }
+            };
             got.lock().unwrap().push(found);
         })
         .unwrap();
@@ -219,6 +249,12 @@ mod tests {
         let repeated: Vec<u32> = (0..300).map(|i| [5, 9, 9, 9, 1 << 31][i % 5]).collect();
         for places in [[0, 299], [59, 60], [119, 120], [239, 240], [130, 131]] {
             check::<u32>(&repeated, places);
+        }
+        // More keys than one round of loads in flight (eight a thread): several chunks, the
+        // last partial.
+        let many: Vec<u32> = (0..1500).map(|i| pseudo_random(i + 7) as u32 >> (i % 3)).collect();
+        for places in [[0, 1499], [700, 700], [3, 1200]] {
+            check::<u32>(&many, places);
         }
         // 64-bit keys (eight rounds), and 16-bit keys' bits (the first rounds all zeros).
         let wide: Vec<u64> = (0..128).map(pseudo_random).collect();

@@ -285,6 +285,11 @@ pub struct SampleParams<K> {
     pub bucket_bits: u32,
     /// Sample size, 2 to [`MAX_SAMPLE`] (to [`BRACKET_SAMPLE`] at a bracket's level).
     pub sample_size: u32,
+    /// A selection's level after the first whose candidates number more than
+    /// [`MAX_SAMPLE`] and at most this finishes in the sample kernel's block: the rank's key
+    /// selected by radix digits over the candidates where they lie ([`select_two_places`]),
+    /// no sample, count, choose or filter (plain selection only; 0: never).
+    pub radix_finish: u32,
     /// [`flags`].
     pub flags: u32,
 }
@@ -453,6 +458,8 @@ unsafe fn read_level<K: Key>(params: &SampleParams<K>) -> SampleLevel {
 /// # Safety
 /// One block of [`SAMPLE_SORT_THREADS`] threads, [`SampleSortLayout::bytes`] of shared
 /// memory; the previous level's choose kernel has run.
+// Inlined into its entry: called, it took its parameters through a stack frame.
+#[inline(always)]
 pub unsafe fn sample<K: Key>(params: SampleParams<K>) {
     let level_index = params.level;
     let mut level = unsafe { read_level(&params) };
@@ -476,8 +483,22 @@ pub unsafe fn sample<K: Key>(params: SampleParams<K>) {
     // Only now: picking the keys' pointer before that branch gave the kernel a stack frame.
     let flip = params.flip();
     let (keys, _, len) = params.storage(&level);
-    let count = if base { len as u32 } else { params.sample_size };
     let layout = SampleSortLayout::<K::Bits>::new();
+    let plain_selection = params.flags
+        & (flags::EMIT | flags::APPROXIMATE | flags::SINGLE_PIVOT | flags::EQUAL_WIDTH | flags::BRACKET)
+        == 0;
+    if plain_selection && !base && level_index > 0 && len <= params.radix_finish as u64 {
+        // Few enough candidates that one block reads them all a few times (from L2, where
+        // the last filter left them) sooner than a level's four launches and the next.
+        let place = level.k_left - 1;
+        let read = |i: usize| unsafe { keys.read(i as u64) }.to_ordered().xor(flip);
+        let [answer, _] = unsafe { select_two_places(read, len as usize, [place, place], &layout.places) };
+        if thread == 0 {
+            unsafe { finish_selection(&params, level_index, answer.to_u64()) };
+        }
+        return;
+    }
+    let count = if base { len as u32 } else { params.sample_size };
     let sorted = unsafe { layout.sorted.bind() };
     let splitter_count = (1usize << params.bucket_bits) - 1;
     // The keys at `at(slot)` for the sample's `count` slots.
@@ -514,17 +535,7 @@ pub unsafe fn sample<K: Key>(params: SampleParams<K>) {
         if !emit && !params.has(flags::APPROXIMATE) {
             // Selection ends here; the level's other kernels see FINISH and return.
             if thread == 0 {
-                let outcome = SampleOutcome {
-                    done: 1,
-                    levels: level_index + 1,
-                    value: answer.to_u64(),
-                    rank: params.k - 1,
-                };
-                unsafe {
-                    params.outcome.write(0, outcome);
-                    let slot = params.levels.as_ptr().add(level_index as usize);
-                    core::ptr::addr_of_mut!((*slot).decision.action).write(action::FINISH);
-                }
+                unsafe { finish_selection(&params, level_index, answer.to_u64()) };
             }
             return;
         }
@@ -556,6 +567,20 @@ pub unsafe fn sample<K: Key>(params: SampleParams<K>) {
             params.splitters.write((2 * MAX_BUCKETS + thread) as u64, sampled as u64);
         }
         thread_splitter += SAMPLE_SORT_THREADS as usize;
+    }
+}
+
+/// Ends a selection at level `level_index` with the key of rank bits `value`: the outcome,
+/// and `FINISH` for the level's other kernels, which then return at once.
+///
+/// # Safety
+/// One thread; the level's state is this launch's to write.
+unsafe fn finish_selection<K: Key>(params: &SampleParams<K>, level_index: u32, value: u64) {
+    let outcome = SampleOutcome { done: 1, levels: level_index + 1, value, rank: params.k - 1 };
+    unsafe {
+        params.outcome.write(0, outcome);
+        let slot = params.levels.as_ptr().add(level_index as usize);
+        core::ptr::addr_of_mut!((*slot).decision.action).write(action::FINISH);
     }
 }
 
@@ -641,7 +666,8 @@ unsafe fn bracket_bounds<K: Key, const R: usize>(
     unsafe { device::sync_threads() };
     let (low_place, high_place) = bracket_places(count as u64, level.k_left, level.len);
     let places = [low_place.unwrap_or(0), high_place.unwrap_or(0)];
-    let [low, high] = unsafe { select_two_places(&sample, count as usize, places, &layout.places) };
+    let [low, high] =
+        unsafe { select_two_places(|i| sample.load(i), count as usize, places, &layout.places) };
     (
         if low_place.is_some() { low } else { K::Bits::MIN },
         if high_place.is_some() { high } else { K::Bits::MAX },

@@ -137,16 +137,29 @@ impl SamplePlan {
     /// The levels a run of `n` keys is expected to take: each level keeps about one bucket,
     /// until the base case (one sort of at most 2048 keys).
     fn expected_levels(&self, n: u64) -> u32 {
+        self.levels_after(n, 0)
+    }
+
+    /// The levels [`Self::expected_levels`] expects from level `first` on over `n`
+    /// candidates: a level ends the run when its candidates fit one sort, or, for a plain
+    /// selection past the first level, the policy's `radix_finish`.
+    fn levels_after(&self, n: u64, first: u32) -> u32 {
         if self.flags & flags::BRACKET != 0 {
             // The bracket's level, then the usual ones on what it keeps.
             let plain = Self { flags: self.flags & !flags::BRACKET, ..*self };
             let kept = if self.flags & flags::EMIT != 0 { self.capacity } else { n / BRACKET_DIVISOR };
-            return 1 + plain.expected_levels(kept);
+            return 1 + plain.levels_after(kept, first + 1);
         }
+        let plain_selection =
+            self.flags & (flags::EMIT | flags::APPROXIMATE | flags::SINGLE_PIVOT | flags::EQUAL_WIDTH) == 0;
+        let finishes = |level: u32, len: u64| {
+            len <= MAX_SAMPLE as u64
+                || (plain_selection && level > 0 && len <= self.policy.radix_finish as u64)
+        };
         let shrink = if self.flags & flags::SINGLE_PIVOT != 0 { 2 } else { 1u64 << self.policy.bucket_bits };
         let mut levels = 1;
         let mut len = n;
-        while len > MAX_SAMPLE as u64 {
+        while !finishes(first + levels - 1, len) {
             len /= shrink;
             levels += 1;
         }
@@ -395,6 +408,7 @@ impl Gpu {
             order: order.to_raw(),
             bucket_bits: plan.policy.bucket_bits,
             sample_size: plan.policy.sample_size,
+            radix_finish: plan.policy.radix_finish,
             flags: plan.flags,
         };
         if plan.flags & flags::EMIT == 0 {
@@ -565,6 +579,34 @@ mod tests {
     }
 
     #[test]
+    fn a_radix_finish_ends_plain_selections_a_level_sooner() {
+        let default = SampleSelectPolicy {
+            radix_finish: 1 << 17,
+            ..SampleSelectPolicy::for_device(crate::Gpu::emulator().limits())
+        };
+        let levels = |n: u64, policy, flags| SamplePlan::new(n, 132, policy, flags).expected_levels(n);
+        let never = SampleSelectPolicy { radix_finish: 0, ..default };
+        // The median of 2^28: the bracket keeps at most n/8 = 2^25, one level leaves 2^17,
+        // which the radix finish takes where a level and the base case's sort would.
+        assert_eq!(levels(1 << 28, default, flags::BRACKET), 3);
+        assert_eq!(levels(1 << 28, never, flags::BRACKET), 4);
+        // Never at the first level, whatever its size (2^17 keys: a level, then the sort).
+        assert_eq!(levels(1 << 17, default, 0), 2);
+        assert_eq!(levels(1 << 25, default, 0), 2);
+        assert_eq!(levels(1 << 25, never, 0), 3);
+        // Not for top-k, approximate selection or QuickSelect.
+        for flag in [flags::EMIT, flags::APPROXIMATE] {
+            assert_eq!(levels(1 << 25, default, flag), levels(1 << 25, never, flag), "flags {flag}");
+        }
+        let quick = SampleSelectPolicy { radix_finish: 1 << 17, ..SampleSelectPolicy::quick_select() };
+        let quick_never = SampleSelectPolicy { radix_finish: 0, ..quick };
+        assert_eq!(
+            levels(1 << 20, quick, flags::SINGLE_PIVOT),
+            levels(1 << 20, quick_never, flags::SINGLE_PIVOT)
+        );
+    }
+
+    #[test]
     fn plans_fit_the_kernels_limits() {
         let policy = SampleSelectPolicy {
             bucket_bits: 8,
@@ -575,6 +617,7 @@ mod tests {
             warp_aggregated: false,
             window_count: true,
             bracket: true,
+            radix_finish: 1 << 17,
         };
         for n in [1u64, 2048, 2049, 1 << 20, 1 << 28, 1 << 33] {
             let plan = SamplePlan::new(n, 132, policy, 0);
@@ -586,12 +629,13 @@ mod tests {
             let per_block = n.div_ceil(TILE).div_ceil(plan.blocks as u64) * TILE;
             assert!(per_block < 1 << 32, "{n}: {plan:?}");
         }
-        assert_eq!(SamplePlan::new(1 << 28, 132, policy, 0).expected_levels(1 << 28), 4);
+        // 2^28 → 2^20 → 2^12 candidates, which the radix finish takes (no level 3).
+        assert_eq!(SamplePlan::new(1 << 28, 132, policy, 0).expected_levels(1 << 28), 3);
         assert_eq!(SamplePlan::new(2048, 132, policy, 0).expected_levels(2048), 1);
         // A bracket's buffers hold n/8 each (the n/4 keys of extra memory), and its level
         // comes first.
         let bracket = SamplePlan::new(1 << 28, 132, policy, flags::BRACKET);
         assert_eq!(bracket.capacity, 1 << 25);
-        assert_eq!(bracket.expected_levels(1 << 28), 4);
+        assert_eq!(bracket.expected_levels(1 << 28), 3);
     }
 }
