@@ -360,7 +360,7 @@ pub struct SampleSortLayout<B> {
     /// the sort is done (64 KiB for 64-bit keys, within what every GPU from sm_80 on gives
     /// a block).
     pub sorted: SharedRegion<B>,
-    /// A bracket's selection of its two keys.
+    /// A bracket's selection of its two keys, and the radix finish's of its one.
     pub places: TwoPlacesLayout,
     /// Bytes to ask for at launch.
     pub bytes: usize,
@@ -632,7 +632,7 @@ pub const BRACKET_SIGMAS: u64 = 4;
 /// The bracket of the level's rank among its candidates, from their sample of `count` keys
 /// at `at(slot)`: the sample keys [`BRACKET_SIGMAS`] standard deviations of the sample
 /// quantile's rank below and above the estimate (the lowest and highest rank bits past the
-/// sample's ends), selected from the keys in registers ([`select_two_places`]).
+/// sample's ends), selected from the keys in shared memory ([`select_two_places`]).
 ///
 /// # Safety
 /// *Block-wide*, [`SAMPLE_SORT_THREADS`] threads; `2 ≤ count ≤ SAMPLE_SORT_THREADS · R`;

@@ -135,7 +135,8 @@ impl SamplePlan {
     }
 
     /// The levels a run of `n` keys is expected to take: each level keeps about one bucket,
-    /// until the base case (one sort of at most 2048 keys).
+    /// until the base case (one sort of at most 2048 keys) or, for a plain selection past
+    /// its first level, the radix finish.
     fn expected_levels(&self, n: u64) -> u32 {
         self.levels_after(n, 0)
     }
