@@ -1145,32 +1145,24 @@ fn bracket_sweep(gpu: &Gpu) {
         let levels_sample = SampleSelectPolicy { large_bracket_sample_from: u64::MAX, ..default };
         let rounds: u32 =
             std::env::var("GPU_SELECT_BRACKET_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(2);
-        // `GPU_SELECT_SAMPLE_BLOCKS_PER_SM` (a comma-separated list) adds the default policy
-        // with each of those blocks per multiprocessor for the count and filter passes.
+        // Lists (comma-separated) that add the default policy with other values:
+        // `GPU_SELECT_SAMPLE_BLOCKS_PER_SM` blocks per multiprocessor for the count and filter
+        // passes, `GPU_SELECT_BRACKET_SAMPLE` brackets of that many sample keys at every size
+        // (`large_bracket_sample_from` 0), `GPU_SELECT_RADIX_FINISH` other radix finishes.
         let mut policies = vec![(default, "default".to_string()), (levels_sample, "2048".to_string())];
-        for blocks in std::env::var("GPU_SELECT_SAMPLE_BLOCKS_PER_SM").unwrap_or_default().split(',') {
-            if let Ok(blocks) = blocks.trim().parse::<u32>() {
-                policies
-                    .push((SampleSelectPolicy { blocks_per_sm: blocks, ..default }, format!("bps{blocks}")));
-            }
-        }
-        // `GPU_SELECT_BRACKET_SAMPLE` (a list) adds brackets of that many sample keys at
-        // every size (`large_bracket_sample_from` 0).
-        for sample in std::env::var("GPU_SELECT_BRACKET_SAMPLE").unwrap_or_default().split(',') {
-            if let Ok(sample) = sample.trim().parse::<u32>() {
-                let policy = SampleSelectPolicy {
-                    large_bracket_sample_from: 0,
-                    large_bracket_sample: sample,
-                    ..default
-                };
-                policies.push((policy, format!("{sample}-all")));
-            }
-        }
-        // `GPU_SELECT_RADIX_FINISH` (a list) adds the default with other radix finishes.
-        for finish in std::env::var("GPU_SELECT_RADIX_FINISH").unwrap_or_default().split(',') {
-            if let Ok(finish) = finish.trim().parse::<u32>() {
-                policies
-                    .push((SampleSelectPolicy { radix_finish: finish, ..default }, format!("rf{finish}")));
+        type WithValue = fn(SampleSelectPolicy, u32) -> SampleSelectPolicy;
+        let variants: [(&str, WithValue, &str); 3] = [
+            ("GPU_SELECT_SAMPLE_BLOCKS_PER_SM", |p, v| SampleSelectPolicy { blocks_per_sm: v, ..p }, "bps{}"),
+            (
+                "GPU_SELECT_BRACKET_SAMPLE",
+                |p, v| SampleSelectPolicy { large_bracket_sample_from: 0, large_bracket_sample: v, ..p },
+                "{}-all",
+            ),
+            ("GPU_SELECT_RADIX_FINISH", |p, v| SampleSelectPolicy { radix_finish: v, ..p }, "rf{}"),
+        ];
+        for (variable, with, label) in variants {
+            for value in env_numbers(variable) {
+                policies.push((with(default, value), label.replace("{}", &value.to_string())));
             }
         }
         for round in 1..=rounds {
@@ -1217,8 +1209,9 @@ fn bracket_sweep(gpu: &Gpu) {
     }
     // `GPU_SELECT_BRACKET_LOG_N` (sizes, comma-separated) narrows the section to f32 at
     // those sizes, so that a profiler's first launches are the first size's median.
-    if let Ok(list) = std::env::var("GPU_SELECT_BRACKET_LOG_N") {
-        for log_n in list.split(',').filter_map(|v| v.trim().parse().ok()) {
+    let sizes = env_numbers("GPU_SELECT_BRACKET_LOG_N");
+    if !sizes.is_empty() {
+        for log_n in sizes {
             one::<f32>(gpu, log_n, |value| value, true);
         }
         return;
@@ -1228,6 +1221,12 @@ fn bracket_sweep(gpu: &Gpu) {
     }
     one::<f64>(gpu, 28, |value| value as f64, false);
     one::<half::bf16>(gpu, 28, half::bf16::from_f32, false);
+}
+
+/// The numbers of the comma-separated list in environment variable `name` (none when it is
+/// unset; entries that are not numbers are skipped).
+fn env_numbers(name: &str) -> Vec<u32> {
+    std::env::var(name).unwrap_or_default().split(',').filter_map(|v| v.trim().parse().ok()).collect()
 }
 
 /// Top-k of small arrays (section `small`): the 2^16 and 2^20 keys at `k` = 32 and
