@@ -257,11 +257,12 @@ pub struct SampleSelectPolicy {
     /// data; a bracket that misses (rarely) costs one more level over the data. Top-k and
     /// QuickSelect do not use it.
     pub bracket: bool,
-    /// A selection's level after the first whose candidates number more than 2048 and at
-    /// most this finishes in one block: the rank's key selected by radix digits over the
-    /// candidates where they lie (one read of them per byte of the key, from L2), instead of
-    /// a level's sample, count, choose and gather and the level after it. 0: never. Top-k,
-    /// approximate selection, QuickSelect and bucket select do not use it.
+    /// A selection's level after the first whose candidates number at most this finishes
+    /// in one block: the rank's key selected by radix digits over the candidates where they
+    /// lie (one read of them per byte in which the level's bucket bounds differ, from L2),
+    /// instead of a level's sample, count, choose and gather and the level after it, or the
+    /// sort of the base case (2048 candidates or fewer, also at the first level). 0: never.
+    /// Top-k, approximate selection, QuickSelect and bucket select do not use it.
     pub radix_finish: u32,
 }
 

@@ -39,19 +39,29 @@ impl TwoPlacesLayout {
 }
 
 /// The rank bits at `places[0]` and `places[1]` (from 0, in ascending order of bits) of the
-/// `count` keys `read(0)`, …, `read(count − 1)`, returned to every thread: the values a sort
-/// of them would store at those places. The keys stay where they are, in shared or global
-/// memory, and are read once a round (`count / threads` a thread, eight loads in flight).
+/// `count` keys `read(0)`, …, `read(count − 1)`, returned to every thread: the values a sort of
+/// them would store at those places. The keys stay where they are, in shared or global memory,
+/// and are read once a round (`count / threads` a thread, eight in flight, four of 64-bit ones).
+///
+/// Every key lies in `within[0] ..= within[1]` (`[B::MIN, B::MAX]` when nothing is known):
+/// the bits above the highest one where the two bounds differ are then every key's, and the
+/// rounds start at the digit holding that bit. A SampleSelect level's candidates lie in one
+/// bucket, a narrow range: 46 000 candidates of a median of 2^28 uniform floats share their
+/// top 20 bits, so two rounds read them instead of four. Bounds that are one value answer
+/// without reading a key.
 ///
 /// # Safety
-/// *Block-wide*, at least two warps, every thread with the same `count` and `places`, each
-/// place below `count`; `read(i)` for `i < count` reads keys that no thread writes during the
-/// call (shared ones written before a barrier); `layout` within the launch's shared memory.
+/// *Block-wide*, at least two warps, every thread with the same `count`, `places` and
+/// `within`, each place below `count`; every key within the bounds (a key outside them is
+/// counted as if it shared their top bits); `read(i)` for `i < count` reads keys that no
+/// thread writes during the call (shared ones written before a barrier); `layout` within
+/// the launch's shared memory.
 #[inline(always)]
 pub unsafe fn select_two_places<B: OrderedBits>(
     read: impl Fn(usize) -> B,
     count: usize,
     places: [u64; 2],
+    within: [B; 2],
     layout: &TwoPlacesLayout,
 ) -> [B; 2] {
     let (histogram_0, histogram_1, found) =
@@ -59,14 +69,23 @@ pub unsafe fn select_two_places<B: OrderedBits>(
     let thread = device::thread_idx_x() as usize;
     let threads = device::block_dim_x() as usize;
     let warp = thread / device::WARP_SIZE as usize;
+    let differ = within[0].to_u64() ^ within[1].to_u64();
+    if differ == 0 {
+        return within;
+    }
+    // The rounds start at the digit holding the highest bit where the bounds differ; every
+    // key has the bounds' bits above it.
+    let start = ((u64::BITS - 1 - differ.leading_zeros()) / DIGIT_BITS + 1) * DIGIT_BITS;
+    let shared_bits = if start < u64::BITS { within[0].to_u64() >> start << start } else { 0 };
     // Registers only: every index below is a constant or a select on `warp` (an array
     // indexed by a thread's own value would go to local memory).
-    let (mut prefix_0, mut prefix_1) = (0u64, 0u64);
+    let (mut prefix_0, mut prefix_1) = (shared_bits, shared_bits);
     let (mut place_0, mut place_1) = (places[0], places[1]);
-    let mut shift = B::BITS;
+    let mut shift = start;
+    // The first round's keys all have the prefix: no test (and no shift by the width).
+    let mut first = true;
     while shift > 0 {
         shift -= DIGIT_BITS;
-        let first = shift + DIGIT_BITS == B::BITS;
         let one_histogram = prefix_0 == prefix_1;
         let mut bin = thread;
         while bin < BINS {
@@ -118,12 +137,20 @@ pub unsafe fn select_two_places<B: OrderedBits>(
             (prefix_0, place_0) = (found.load(0), found.load(1));
             (prefix_1, place_1) = (found.load(2), found.load(3));
         }
+        first = false;
     }
     [B::from_u64(prefix_0), B::from_u64(prefix_1)]
 }
 
-/// Keys a thread loads before it counts any of them.
-const LOADS_IN_FLIGHT: usize = 8;
+/// Keys a thread loads before it counts any of them: 32 bytes of 32-bit keys, as many of
+/// 64-bit ones (eight of those took 64-bit integer keys' sample kernel past its 64
+/// registers), eight of 16-bit ones (each in a register of its own).
+const fn loads_in_flight<B: OrderedBits>() -> usize {
+    if B::BITS > 32 { MOST_LOADS_IN_FLIGHT / 2 } else { MOST_LOADS_IN_FLIGHT }
+}
+
+/// The most of [`loads_in_flight`] for any key.
+const MOST_LOADS_IN_FLIGHT: usize = 8;
 
 /// Adds to `histogram` the digit at `shift` of each of the thread's keys (`thread`,
 /// `thread + threads`, … below `count`) whose bits above the digit are `prefix`'s (all of
@@ -146,16 +173,18 @@ unsafe fn count_digits<B: OrderedBits>(
     let (mut run_digit, mut run) = (0usize, 0u32);
     let mut start = device::thread_idx_x() as usize;
     while start < count {
-        // All loads of the chunk issued before any is counted (keys in global memory).
-        let mut values = [B::MAX; LOADS_IN_FLIGHT];
+        // All loads of the chunk issued before any is counted (keys in global memory); the
+        // array's entries past `loads_in_flight` are never used, so never kept.
+        let mut values = [B::MAX; MOST_LOADS_IN_FLIGHT];
         for (i, value) in values.iter_mut().enumerate() {
             let at = start + i * threads;
-            if at < count {
+            if i < loads_in_flight::<B>() && at < count {
                 *value = read(at);
             }
         }
         for (i, &value) in values.iter().enumerate() {
-            let counted = start + i * threads < count
+            let counted = i < loads_in_flight::<B>()
+                && start + i * threads < count
                 && (first || value.shr(shift + DIGIT_BITS) == prefix.shr(shift + DIGIT_BITS));
             if counted {
                 let digit = (value.shr(shift).low_u32() as usize) & (BINS - 1);
@@ -167,7 +196,7 @@ unsafe fn count_digits<B: OrderedBits>(
                 run += 1;
             }
         }
-        start += LOADS_IN_FLIGHT * threads;
+        start += loads_in_flight::<B>() * threads;
     }
     if run != 0 {
         unsafe { histogram.atomic_add(run_digit, run) };
@@ -185,10 +214,14 @@ mod tests {
     use crate::device::emulator;
 
     /// Runs the selection on a block of 64 threads over `values` in shared memory and checks
-    /// both places against a sort, for every thread.
+    /// both places against a sort, for every thread; no bounds known, then the values' own
+    /// least and greatest as the bounds.
     fn check<B: OrderedBits + Ord + Send + Sync + core::fmt::Debug>(values: &[B], places: [u64; 2]) {
-        check_from(values, places, false);
-        check_from(values, places, true);
+        let tight = [*values.iter().min().unwrap(), *values.iter().max().unwrap()];
+        for within in [[B::MIN, B::MAX], tight] {
+            check_from(values, places, within, false);
+            check_from(values, places, within, true);
+        }
     }
 
     /// As [`check`], the keys read from shared memory or straight from `values` (global
@@ -196,12 +229,24 @@ mod tests {
     fn check_from<B: OrderedBits + Ord + Send + Sync + core::fmt::Debug>(
         values: &[B],
         places: [u64; 2],
+        within: [B; 2],
         from_global: bool,
     ) {
-        const THREADS: usize = 64;
         let mut sorted = values.to_vec();
         sorted.sort();
         let want = [sorted[places[0] as usize], sorted[places[1] as usize]];
+        let got = run(values, places, within, from_global);
+        assert_eq!(got, want, "places {places:?} within {within:?}");
+    }
+
+    /// The places the selection finds, the same in every thread of a block of 64.
+    fn run<B: OrderedBits + Ord + Send + Sync + core::fmt::Debug>(
+        values: &[B],
+        places: [u64; 2],
+        within: [B; 2],
+        from_global: bool,
+    ) -> [B; 2] {
+        const THREADS: usize = 64;
         let (layout, keys) = SharedLayout::new().push::<B>(values.len());
         let (layout, regions) = TwoPlacesLayout::after(layout);
         let got = Mutex::new(Vec::new());
@@ -219,16 +264,17 @@ mod tests {
             }
             unsafe { device::sync_threads() };
             let found = if from_global {
-                unsafe { select_two_places(|i| values[i], values.len(), places, &regions) }
+                unsafe { select_two_places(|i| values[i], values.len(), places, within, &regions) }
             } else {
-                unsafe { select_two_places(|i| keys.load(i), values.len(), places, &regions) }
+                unsafe { select_two_places(|i| keys.load(i), values.len(), places, within, &regions) }
             };
             got.lock().unwrap().push(found);
         })
         .unwrap();
         let got = got.into_inner().unwrap();
         assert_eq!(got.len(), THREADS);
-        assert!(got.iter().all(|found| *found == want), "places {places:?}: {:?} against {want:?}", got[0]);
+        assert!(got.iter().all(|found| *found == got[0]), "threads disagree: {got:?}");
+        got[0]
     }
 
     fn pseudo_random(i: u64) -> u64 {
@@ -263,5 +309,29 @@ mod tests {
         check::<u64>(&wide_close, [0, 64]);
         let narrow: Vec<u32> = (0..100).map(|i| pseudo_random(i) as u32 % 50).collect();
         check::<u32>(&narrow, [10, 90]);
+    }
+
+    #[test]
+    fn bounds_skip_the_rounds_they_settle() {
+        // Bounds wider than the keys, differing from the top bit of a digit to the bottom
+        // of one, and one digit from the top: the same places as a sort.
+        let near: Vec<u32> = (0..700).map(|i| 0x3f80_0000 | (pseudo_random(i) as u32 & 0x7ff)).collect();
+        for within in [[0x3f80_0000, 0x3f80_ffff], [0x3f80_0000, 0x3f80_07ff], [0x3f00_0000, 0x3fff_ffff]] {
+            for places in [[0, 699], [350, 350], [5, 600]] {
+                check_from::<u32>(&near, places, within, true);
+            }
+        }
+        // Keys differing in the lowest digit only: one round.
+        let last_digit: Vec<u32> = (0..300).map(|i| 0x1234_5600 | (pseudo_random(i) as u32 & 0xff)).collect();
+        check_from::<u32>(&last_digit, [0, 299], [0x1234_5600, 0x1234_56ff], false);
+        check_from::<u32>(&last_digit, [150, 151], [0x1234_5600, 0x1234_56ff], true);
+        // 64-bit keys sharing their top 40 bits, more than one chunk of loads (four a thread).
+        let wide_close: Vec<u64> = (0..600).map(|i| (7 << 40) | (pseudo_random(i) & 0xff_ffff)).collect();
+        check_from::<u64>(&wide_close, [17, 590], [7 << 40, (7 << 40) | 0xff_ffff], true);
+        check::<u64>(&wide_close, [0, 599]);
+        // Bounds of one value answer without reading a key (these keys are not that value,
+        // so an answer read from them would differ).
+        let other: Vec<u32> = (0..64).collect();
+        assert_eq!(run::<u32>(&other, [3, 9], [1000, 1000], true), [1000, 1000]);
     }
 }

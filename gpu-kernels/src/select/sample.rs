@@ -157,6 +157,27 @@ pub mod flags {
     /// key below the upper bound instead, and `sample_select_bracket_place_<key>` puts them
     /// in input order (see [`bracket_top_k`](super::bracket_top_k)).
     pub const BRACKET: u32 = 64;
+
+    /// Whether a selection with `flags` ends at a level after the first (or at level 0,
+    /// `len` keys being few enough for the base case) by the radix finish: plain exact
+    /// selection (none of `EMIT`, `APPROXIMATE`, `SINGLE_PIVOT`, `EQUAL_WIDTH`, `BRACKET`)
+    /// and `len` candidates at most `radix_finish` (`SampleParams::radix_finish`, 0: never).
+    /// The sample kernel and the host's count of the levels to expect both ask this.
+    ///
+    /// ```
+    /// use gpu_select_kernels::select::sample::flags::{self, radix_finishes};
+    ///
+    /// assert!(radix_finishes(0, 1, 30_000, 1 << 15));
+    /// assert!(!radix_finishes(0, 0, 30_000, 1 << 15)); // level 0: only the base case's few
+    /// assert!(radix_finishes(0, 0, 2048, 1 << 15));
+    /// assert!(!radix_finishes(flags::EMIT, 1, 30_000, 1 << 15)); // top-k
+    /// assert!(!radix_finishes(0, 1, 1000, 0)); // off
+    /// ```
+    pub const fn radix_finishes(flags: u32, level: u32, len: u64, radix_finish: u32) -> bool {
+        let plain_selection = flags & (EMIT | APPROXIMATE | SINGLE_PIVOT | EQUAL_WIDTH | BRACKET) == 0;
+        let at_level = level > 0 || len <= super::MAX_SAMPLE as u64;
+        plain_selection && at_level && len <= radix_finish as u64
+    }
 }
 
 /// Levels of bucket select that split key *values* into equal widths; later levels split
@@ -182,9 +203,12 @@ pub struct SampleLevel {
     pub written: u64,
     /// The choose kernel's decision.
     pub decision: SampleDecision,
-    /// `EQUAL_WIDTH`: the lowest rank bits the candidates may have (widened to 64).
+    /// The lowest rank bits the candidates may have (widened to 64): the target bucket's
+    /// lower splitter (`EQUAL_WIDTH`: the range's lowest key). Level 0's: 0, the
+    /// bits of the lowest key there is, bar `EQUAL_WIDTH`.
     pub low: u64,
-    /// `EQUAL_WIDTH`: the highest.
+    /// The highest: one below the target bucket's upper splitter. Level 0's: the bits'
+    /// `MAX`, bar `EQUAL_WIDTH`.
     pub high: u64,
 }
 
@@ -285,10 +309,10 @@ pub struct SampleParams<K> {
     pub bucket_bits: u32,
     /// Sample size, 2 to [`MAX_SAMPLE`] (to [`BRACKET_SAMPLE`] at a bracket's level).
     pub sample_size: u32,
-    /// A selection's level after the first whose candidates number more than
-    /// [`MAX_SAMPLE`] and at most this finishes in the sample kernel's block: the rank's key
-    /// selected by radix digits over the candidates where they lie ([`select_two_places`]),
-    /// no sample, count, choose or filter (plain selection only; 0: never).
+    /// A selection's level whose candidates number at most this finishes in the sample
+    /// kernel's block (see [`flags::radix_finishes`]): the rank's key selected by radix
+    /// digits over the candidates where they lie ([`select_two_places`]), no sample, count,
+    /// choose or filter, or the base case's sort (plain selection only; 0: never).
     pub radix_finish: u32,
     /// [`flags`].
     pub flags: u32,
@@ -447,7 +471,14 @@ impl Default for SampleChooseLayout {
 /// first of every level).
 unsafe fn read_level<K: Key>(params: &SampleParams<K>) -> SampleLevel {
     if params.level == 0 {
-        SampleLevel { source: source::DATA, len: params.len, k_left: params.k, ..SampleLevel::default() }
+        SampleLevel {
+            source: source::DATA,
+            len: params.len,
+            k_left: params.k,
+            low: 0,
+            high: K::Bits::MAX.to_u64(),
+            ..SampleLevel::default()
+        }
     } else {
         unsafe { params.levels.read(params.level as u64) }
     }
@@ -484,15 +515,16 @@ pub unsafe fn sample<K: Key>(params: SampleParams<K>) {
     let flip = params.flip();
     let (keys, _, len) = params.storage(&level);
     let layout = SampleSortLayout::<K::Bits>::new();
-    let plain_selection = params.flags
-        & (flags::EMIT | flags::APPROXIMATE | flags::SINGLE_PIVOT | flags::EQUAL_WIDTH | flags::BRACKET)
-        == 0;
-    if plain_selection && !base && level_index > 0 && len <= params.radix_finish as u64 {
+    if flags::radix_finishes(params.flags, level_index, len, params.radix_finish) {
         // Few enough candidates that one block reads them all a few times (from L2, where
-        // the last filter left them) sooner than a level's four launches and the next.
+        // the last filter left them) sooner than a level's four launches and the next; and
+        // sooner than the base case's sort. The digits they share (the level's bucket is
+        // narrow) are skipped.
         let place = level.k_left - 1;
         let read = |i: usize| unsafe { keys.read(i as u64) }.to_ordered().xor(flip);
-        let [answer, _] = unsafe { select_two_places(read, len as usize, [place, place], &layout.places) };
+        let within = [K::Bits::from_u64(level.low), K::Bits::from_u64(level.high)];
+        let [answer, _] =
+            unsafe { select_two_places(read, len as usize, [place, place], within, &layout.places) };
         if thread == 0 {
             unsafe { finish_selection(&params, level_index, answer.to_u64()) };
         }
@@ -666,8 +698,15 @@ unsafe fn bracket_bounds<K: Key, const R: usize>(
     unsafe { device::sync_threads() };
     let (low_place, high_place) = bracket_places(count as u64, level.k_left, level.len);
     let places = [low_place.unwrap_or(0), high_place.unwrap_or(0)];
-    let [low, high] =
-        unsafe { select_two_places(|i| sample.load(i), count as usize, places, &layout.places) };
+    let [low, high] = unsafe {
+        select_two_places(
+            |i| sample.load(i),
+            count as usize,
+            places,
+            [K::Bits::MIN, K::Bits::MAX],
+            &layout.places,
+        )
+    };
     (
         if low_place.is_some() { low } else { K::Bits::MIN },
         if high_place.is_some() { high } else { K::Bits::MAX },
@@ -1706,7 +1745,7 @@ unsafe fn choose_bracket_top_k<K: Key>(
             written: 0,
             decision: SampleDecision::default(),
             low: 0,
-            high: 0,
+            high: K::Bits::MAX.to_u64(),
         })
     } else {
         decision.action = action::RETRY;

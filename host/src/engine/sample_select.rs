@@ -151,11 +151,9 @@ impl SamplePlan {
             let kept = if self.flags & flags::EMIT != 0 { self.capacity } else { n / BRACKET_DIVISOR };
             return 1 + plain.levels_after(kept, first + 1);
         }
-        let plain_selection =
-            self.flags & (flags::EMIT | flags::APPROXIMATE | flags::SINGLE_PIVOT | flags::EQUAL_WIDTH) == 0;
         let finishes = |level: u32, len: u64| {
             len <= MAX_SAMPLE as u64
-                || (plain_selection && level > 0 && len <= self.policy.radix_finish as u64)
+                || flags::radix_finishes(self.flags, level, len, self.policy.radix_finish)
         };
         let shrink = if self.flags & flags::SINGLE_PIVOT != 0 { 2 } else { 1u64 << self.policy.bucket_bits };
         let mut levels = 1;
