@@ -47,6 +47,12 @@ pub trait OrderedBits: Copy + Ord + Eq + Default + Send + Sync + core::fmt::Debu
     fn wrapping_sub(self, other: Self) -> Self;
     /// Bitwise and.
     fn and(self, other: Self) -> Self;
+    /// `count + 1` where `self ≥ bound`, else `count`, in two instructions, for `bound` above
+    /// [`OrderedBits::MIN`] ([`device::add_if_at_least_u32`](crate::device::add_if_at_least_u32)).
+    fn add_if_at_least(self, bound: Self, count: u32) -> u32;
+    /// `count + 1` where `self` is [`OrderedBits::MAX`], else `count`
+    /// ([`device::add_if_max_u32`](crate::device::add_if_max_u32)).
+    fn add_if_max(self, count: u32) -> u32;
 }
 
 impl OrderedBits for u32 {
@@ -69,6 +75,14 @@ impl OrderedBits for u32 {
     #[inline(always)]
     fn low_u32(self) -> u32 {
         self
+    }
+    #[inline(always)]
+    fn add_if_at_least(self, bound: Self, count: u32) -> u32 {
+        crate::device::add_if_at_least_u32(count, self, bound)
+    }
+    #[inline(always)]
+    fn add_if_max(self, count: u32) -> u32 {
+        crate::device::add_if_max_u32(count, self)
     }
     const MIN: Self = 0;
     const MAX: Self = u32::MAX;
@@ -107,6 +121,14 @@ impl OrderedBits for u64 {
     #[inline(always)]
     fn low_u32(self) -> u32 {
         self as u32
+    }
+    #[inline(always)]
+    fn add_if_at_least(self, bound: Self, count: u32) -> u32 {
+        crate::device::add_if_at_least_u64(count, self, bound)
+    }
+    #[inline(always)]
+    fn add_if_max(self, count: u32) -> u32 {
+        crate::device::add_if_max_u64(count, self)
     }
     const MIN: Self = 0;
     const MAX: Self = u64::MAX;

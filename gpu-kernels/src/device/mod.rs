@@ -454,6 +454,65 @@ pub fn fma_f32(a: f32, b: f32, c: f32) -> f32 {
     backend::fma_f32(a, b, c)
 }
 
+/// `count + 1` where `value ≥ bound`, else `count`, for `bound ≥ 1` (a `bound` of 0 adds
+/// nothing): the carry of `value + (2^32 − bound)` added to the count (`add.cc.u32`,
+/// `addc.u32`; two instructions where `count += (value >= bound) as u32` compiles to a
+/// compare, an add and a predicated move). For counters a pass keeps per key. *Any thread.*
+///
+/// ```
+/// use gpu_select_kernels::device::add_if_at_least_u32;
+///
+/// assert_eq!(add_if_at_least_u32(7, 4, 4), 8);
+/// assert_eq!(add_if_at_least_u32(7, 3, 4), 7);
+/// assert_eq!(add_if_at_least_u32(7, u32::MAX, 1), 8);
+/// assert_eq!(add_if_at_least_u32(7, 5, 0), 7); // no carry: the caller counts these apart
+/// ```
+#[inline(always)]
+pub fn add_if_at_least_u32(count: u32, value: u32, bound: u32) -> u32 {
+    backend::add_if_at_least_u32(count, value, bound)
+}
+
+/// [`add_if_at_least_u32`] for 64-bit values (`add.cc.u64`, `addc.u32`). *Any thread.*
+///
+/// ```
+/// use gpu_select_kernels::device::add_if_at_least_u64;
+///
+/// assert_eq!(add_if_at_least_u64(0, (1 << 40) + 1, 1 << 40), 1);
+/// assert_eq!(add_if_at_least_u64(0, 1 << 40, (1 << 40) + 1), 0);
+/// assert_eq!(add_if_at_least_u64(0, u64::MAX, 0), 0);
+/// ```
+#[inline(always)]
+pub fn add_if_at_least_u64(count: u32, value: u64, bound: u64) -> u32 {
+    backend::add_if_at_least_u64(count, value, bound)
+}
+
+/// `count + 1` where `value` is `u32::MAX`, else `count`: the carry of `value + 1` added to
+/// the count (`add.cc.u32`, `addc.u32`). *Any thread.*
+///
+/// ```
+/// use gpu_select_kernels::device::add_if_max_u32;
+///
+/// assert_eq!(add_if_max_u32(2, u32::MAX), 3);
+/// assert_eq!(add_if_max_u32(2, u32::MAX - 1), 2);
+/// ```
+#[inline(always)]
+pub fn add_if_max_u32(count: u32, value: u32) -> u32 {
+    backend::add_if_max_u32(count, value)
+}
+
+/// [`add_if_max_u32`] for 64-bit values (`add.cc.u64`, `addc.u32`). *Any thread.*
+///
+/// ```
+/// use gpu_select_kernels::device::add_if_max_u64;
+///
+/// assert_eq!(add_if_max_u64(0, u64::MAX), 1);
+/// assert_eq!(add_if_max_u64(0, u32::MAX as u64), 0);
+/// ```
+#[inline(always)]
+pub fn add_if_max_u64(count: u32, value: u64) -> u32 {
+    backend::add_if_max_u64(count, value)
+}
+
 /// The binary16 value of `bits` as an `f32`, exactly (`cvt.f32.f16`; the `half` crate's
 /// conversion in the emulator). *Any thread.*
 #[inline(always)]

@@ -189,6 +189,74 @@ pub fn sqrt_f32(value: f32) -> f32 {
 pub fn fma_f32(a: f32, b: f32, c: f32) -> f32 {
     unsafe { llvm_fma_f32(a, b, c) }
 }
+// Each pair in one `asm!`, so that nothing comes between the instruction that writes the
+// carry flag and the one that reads it.
+#[inline(always)]
+pub fn add_if_at_least_u32(count: u32, value: u32, bound: u32) -> u32 {
+    let sum: u32;
+    unsafe {
+        asm!(
+            "add.cc.u32 {total}, {value}, {negated};",
+            "addc.u32 {sum}, {count}, 0;",
+            total = out(reg32) _,
+            sum = out(reg32) sum,
+            value = in(reg32) value,
+            negated = in(reg32) bound.wrapping_neg(),
+            count = in(reg32) count,
+            options(pure, nomem, nostack)
+        )
+    };
+    sum
+}
+#[inline(always)]
+pub fn add_if_at_least_u64(count: u32, value: u64, bound: u64) -> u32 {
+    let sum: u32;
+    unsafe {
+        asm!(
+            "add.cc.u64 {total}, {value}, {negated};",
+            "addc.u32 {sum}, {count}, 0;",
+            total = out(reg64) _,
+            sum = out(reg32) sum,
+            value = in(reg64) value,
+            negated = in(reg64) bound.wrapping_neg(),
+            count = in(reg32) count,
+            options(pure, nomem, nostack)
+        )
+    };
+    sum
+}
+#[inline(always)]
+pub fn add_if_max_u32(count: u32, value: u32) -> u32 {
+    let sum: u32;
+    unsafe {
+        asm!(
+            "add.cc.u32 {next}, {value}, 1;",
+            "addc.u32 {sum}, {count}, 0;",
+            next = out(reg32) _,
+            sum = out(reg32) sum,
+            value = in(reg32) value,
+            count = in(reg32) count,
+            options(pure, nomem, nostack)
+        )
+    };
+    sum
+}
+#[inline(always)]
+pub fn add_if_max_u64(count: u32, value: u64) -> u32 {
+    let sum: u32;
+    unsafe {
+        asm!(
+            "add.cc.u64 {next}, {value}, 1;",
+            "addc.u32 {sum}, {count}, 0;",
+            next = out(reg64) _,
+            sum = out(reg32) sum,
+            value = in(reg64) value,
+            count = in(reg32) count,
+            options(pure, nomem, nostack)
+        )
+    };
+    sum
+}
 #[inline(always)]
 pub fn f16_to_f32(bits: u16) -> f32 {
     let value: f32;

@@ -1342,8 +1342,19 @@ pub unsafe fn bracket<K: Key>(params: SampleParams<K>) {
     let warp_stage = device::warp_id() as usize * WARP_STAGE;
     // Warp-uniform: keys in this warp's stage, and all keys it kept.
     let (mut staged, mut kept_by_warp) = (0u32, 0u32);
-    // Counters 0, 2, 3 and 4 per key; counter 1 (keys above `low`) is counter 2 plus the
-    // keys kept, so that is one compare-and-add a key less.
+    // Counters 0, 2, 3 and 4 per key (counter 0 is the block's keys instead where `low` is
+    // the least key); counter 1 (keys above `low`) is counter 2 plus the keys kept: one
+    // count a key less. 16-bit keys add each count as a carry, two instructions where a
+    // compare-and-add takes three (this pass issues about as many instructions as an H200
+    // can, run 296): bf16 medians of 2^28 1.8–5.9 % faster, but 32- and 64-bit keys 0.6–3.1 %
+    // slower that way (H200 run 298), so they compare.
+    let carries = size_of::<K>() == 2;
+    let count_at_least = |rank: K::Bits, bound: K::Bits, count: u32| {
+        if carries { rank.add_if_at_least(bound, count) } else { count + (rank >= bound) as u32 }
+    };
+    let count_max = |rank: K::Bits, count: u32| {
+        if carries { rank.add_if_max(count) } else { count + (rank == K::Bits::MAX) as u32 }
+    };
     let mut at_least = [0u32; BRACKET_COUNTERS];
     // One item: its counts, and its key staged when it lies strictly inside the bracket.
     let work = |key: K, valid: bool, at_least: &mut [u32; BRACKET_COUNTERS], staged: &mut u32| {
@@ -1351,10 +1362,11 @@ pub unsafe fn bracket<K: Key>(params: SampleParams<K>) {
         let above_low = rank >= bounds[1];
         let from_high = rank >= bounds[2];
         if valid {
-            at_least[0] += (rank >= bounds[0]) as u32;
-            at_least[2] += from_high as u32;
-            at_least[3] += (rank >= bounds[3]) as u32;
-            at_least[4] += (rank == K::Bits::MAX) as u32;
+            // Bounds 2 and 3 are above `low`, so never the least key.
+            at_least[0] = count_at_least(rank, bounds[0], at_least[0]);
+            at_least[2] = count_at_least(rank, bounds[2], at_least[2]);
+            at_least[3] = count_at_least(rank, bounds[3], at_least[3]);
+            at_least[4] = count_max(rank, at_least[4]);
         }
         let inside = valid && above_low && !from_high;
         let at = warp_stage + *staged as usize;
@@ -1411,8 +1423,9 @@ pub unsafe fn bracket<K: Key>(params: SampleParams<K>) {
                 unsafe { device::global_atomic_add_u64(totals.wrapping_add(bucket), total) };
             }
         };
-        add(0, (end - start) - count(0));
-        add(1, count(0) - count(1));
+        let from_low = if bounds[0] == K::Bits::MIN { end - start } else { count(0) };
+        add(0, (end - start) - from_low);
+        add(1, from_low - count(1));
         add(3, count(2) - count(3));
         add(4, count(3) - count(4));
         add(7, count(4));

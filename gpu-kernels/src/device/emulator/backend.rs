@@ -238,6 +238,19 @@ pub fn sqrt_f32(value: f32) -> f32 {
 pub fn fma_f32(a: f32, b: f32, c: f32) -> f32 {
     a.mul_add(b, c)
 }
+// As the carry on the GPU: a bound of 0 adds nothing.
+pub fn add_if_at_least_u32(count: u32, value: u32, bound: u32) -> u32 {
+    count + (bound != 0 && value >= bound) as u32
+}
+pub fn add_if_at_least_u64(count: u32, value: u64, bound: u64) -> u32 {
+    count + (bound != 0 && value >= bound) as u32
+}
+pub fn add_if_max_u32(count: u32, value: u32) -> u32 {
+    count + (value == u32::MAX) as u32
+}
+pub fn add_if_max_u64(count: u32, value: u64) -> u32 {
+    count + (value == u64::MAX) as u32
+}
 pub fn f16_to_f32(bits: u16) -> f32 {
     half::f16::from_bits(bits).to_f32()
 }
