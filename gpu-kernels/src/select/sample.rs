@@ -1423,7 +1423,8 @@ pub unsafe fn bracket<K: Key>(params: SampleParams<K>) {
                 unsafe { device::global_atomic_add_u64(totals.wrapping_add(bucket), total) };
             }
         };
-        let from_low = if bounds[0] == K::Bits::MIN { end - start } else { count(0) };
+        // Carries count nothing at the least key (the compares count every key there).
+        let from_low = if carries && bounds[0] == K::Bits::MIN { end - start } else { count(0) };
         add(0, (end - start) - from_low);
         add(1, from_low - count(1));
         add(3, count(2) - count(3));
