@@ -46,8 +46,8 @@ impl TwoPlacesLayout {
 /// Every key lies in `within[0] ..= within[1]` (`[B::MIN, B::MAX]` when nothing is known):
 /// the bits above the highest one where the two bounds differ are then every key's, and the
 /// rounds start at the digit holding that bit. A SampleSelect level's candidates lie in one
-/// bucket, a narrow range: 46 000 candidates of a median of 2^28 uniform floats share their
-/// top 20 bits, so two rounds read them instead of four. Bounds that are one value answer
+/// bucket, a narrow range: the 46 000 candidates of a median of 2^28 uniform floats share
+/// about their top 20 bits, so two rounds read them, not four. Bounds that are one value answer
 /// without reading a key.
 ///
 /// # Safety
