@@ -1342,6 +1342,74 @@ fn small_sweep(gpu: &Gpu) {
     }
 }
 
+/// The bounded split against the split before it (section `bounded-sweep`, never on by
+/// default): one row of 2^14 … 2^24 uniform keys (f32, bf16), `k` of [`SMALL_SWEEP_KS`],
+/// largest first, into the caller's workspace, with `rows_bounded_split` at `Some(true)`
+/// (wherever it applies) and `Some(false)` (never), beside the fastest array algorithm
+/// (bitonic, radix, SampleSelect), then the LLM rows (bf16 64 × 131 072 and
+/// 256 × 262 144, f32 8 × 2^20; k = 50, 1024) both ways; one line per case.
+fn bounded_sweep(gpu: &Gpu) {
+    fn both<K: SelectKey>(
+        gpu: &Gpu,
+        data: &DeviceBuffer<K>,
+        (rows, cols, k): (usize, usize, usize),
+    ) -> [f64; 2] {
+        [Some(true), Some(false)].map(|bounded| {
+            let gpu = gpu.with_tuning(Tuning { rows_bounded_split: bounded, ..*gpu.tuning() });
+            let (plan, mut workspace, mut out) =
+                rows_buffers::<K>(&gpu, data, (rows, cols, k), Order::Largest);
+            median_of_calls(&gpu, || {
+                gpu.top_k_into(&plan, Keys::rows(data, rows, cols), &mut out, &mut workspace)
+            })
+        })
+    }
+    fn one<K: SelectKey>(gpu: &Gpu, convert: fn(f32) -> K) {
+        for log_n in SMALL_SWEEP_LOG_N {
+            let n = 1usize << log_n;
+            let data = gpu
+                .upload(&uniform_f32(n, log_n as u64 + 7).into_iter().map(convert).collect::<Vec<K>>())
+                .unwrap();
+            let floor_ms = read_floor(gpu, &gpu.alloc_zeroed::<f32>(data.bytes().div_ceil(4)).unwrap());
+            for k in SMALL_SWEEP_KS.into_iter().filter(|&k| k <= n) {
+                let [bounded, before] = both(gpu, &data, (1, n, k));
+                // The array algorithms, for `Auto`'s one-row bounds: the fastest of them.
+                let array = [Algorithm::Bitonic, Algorithm::RadixSelect, Algorithm::SampleSelect]
+                    .into_iter()
+                    .filter_map(|algorithm| {
+                        let options = TopKOptions::new(Order::Largest).with_algorithm(algorithm);
+                        top_k_into_ms(gpu, &data, k, &options).map(|(ms, _)| ms)
+                    })
+                    .fold(f64::INFINITY, f64::min);
+                eprintln!(
+                    "bounded-sweep: {} 1x2^{log_n} k={k} floor {floor_ms:.4} | bounded {bounded:.4} | before {before:.4} | {:.3} | array {array:.4}",
+                    K::NAME,
+                    bounded / before
+                );
+            }
+        }
+    }
+    one::<f32>(gpu, |value| value);
+    one::<half::bf16>(gpu, half::bf16::from_f32);
+    fn rows_of<K: SelectKey>(gpu: &Gpu, convert: fn(f32) -> K, (rows, cols): (usize, usize)) {
+        let matrix = gpu
+            .upload(
+                &uniform_f32(rows * cols, (rows + cols) as u64).into_iter().map(convert).collect::<Vec<K>>(),
+            )
+            .unwrap();
+        for k in [50, 1024] {
+            let [bounded, before] = both(gpu, &matrix, (rows, cols, k));
+            eprintln!(
+                "bounded-sweep rows: {} {rows}x{cols} k={k} | bounded {bounded:.4} | before {before:.4} | {:.3}",
+                K::NAME,
+                bounded / before
+            );
+        }
+    }
+    rows_of::<half::bf16>(gpu, half::bf16::from_f32, (64, 131_072));
+    rows_of::<half::bf16>(gpu, half::bf16::from_f32, (256, 262_144));
+    rows_of::<f32>(gpu, |value| value, (8, 1 << 20));
+}
+
 /// The batches of the half-precision sweep (section `half-sweep`): one sequence, a serving
 /// batch, a large batch.
 const HALF_SWEEP_ROWS: [usize; 3] = [1, 64, 256];
@@ -1945,7 +2013,8 @@ fn emulator_demo(reason: &str) {
 /// `GPU_SELECT_TOPK_BLOCKS_PER_SM`, `GPU_SELECT_TOPK_TILES_PER_BLOCK_LATER`,
 /// `GPU_SELECT_BITONIC_TIGHT_BOUND=0`, `GPU_SELECT_ROWS_ALGORITHM` (`warp-select`,
 /// `radix-select`: what `Algorithm::Auto` runs on rows), `GPU_SELECT_ROWS_WARPS_PER_ROW` (`1`
-/// or `4`), `GPU_SELECT_ROWS_RADIX_PARTS`, `GPU_SELECT_MULTISELECT_SAMPLE` and
+/// or `4`), `GPU_SELECT_ROWS_RADIX_PARTS`, `GPU_SELECT_ROWS_BOUNDED` (`0`: never the
+/// bounded split of long rows, `1`: wherever it applies), `GPU_SELECT_MULTISELECT_SAMPLE` and
 /// `GPU_SELECT_MULTISELECT_PLACE_KEYS`.
 fn tuning_from_env(gpu: &Gpu) -> Tuning {
     fn number<T: std::str::FromStr>(name: &str) -> Option<T> {
@@ -1986,6 +2055,12 @@ fn tuning_from_env(gpu: &Gpu) -> Tuning {
         Err(_) => None,
     };
     tuning.rows_radix_parts = number("GPU_SELECT_ROWS_RADIX_PARTS");
+    tuning.rows_bounded_split = match std::env::var("GPU_SELECT_ROWS_BOUNDED").as_deref() {
+        Ok("0") => Some(false),
+        Ok("1") => Some(true),
+        Ok(other) => panic!("GPU_SELECT_ROWS_BOUNDED={other}: expected 0 or 1"),
+        Err(_) => None,
+    };
     if let Some(slack) = number("GPU_SELECT_SBP_CUTOFF_SLACK_PERCENT") {
         tuning.sbp_cutoff_slack_percent = slack;
     }
@@ -2143,6 +2218,9 @@ fn main() {
     }
     if section_enabled("small") {
         bench_small_arrays(&gpu, &mut cases);
+    }
+    if section_enabled("bounded-sweep") {
+        bounded_sweep(&gpu);
     }
     if section_enabled("small-sweep") {
         small_sweep(&gpu);

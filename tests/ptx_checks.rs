@@ -72,6 +72,9 @@ fn every_table_kernel_is_exported_with_the_host_parameter_size() {
                 _ if name.starts_with("quantiles_rows_") => {
                     size_of::<gpu_select_kernels::select::quantiles::QuantilesRowsParams<f32>>()
                 }
+                _ if name.starts_with("top_k_rows_radix_bounded") => {
+                    size_of::<gpu_select_kernels::topk::rows_radix::BoundedParams<f32>>()
+                }
                 _ if name.starts_with("top_k_rows_") => size_of::<RowsParams<f32>>(),
                 _ if name.starts_with("probe_") => size_of::<ProbeParams>(),
                 _ if name.starts_with("sbp_") => size_of::<gpu_select_kernels::topk::sbp::SbpParams<f32>>(),

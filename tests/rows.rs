@@ -427,7 +427,7 @@ fn radix_rows_bf16() {
 /// distribution: the merge of the parts' sorted runs keeps ties in column order across parts
 /// (all-equal, few distinct), NaN and signed zeros bit for bit (specials).
 fn check_split_radix_row<K: TestKey>() {
-    let gpu = common::gpu();
+    let gpu = without_bounded_split(&common::gpu());
     for (d, &distribution) in DISTRIBUTIONS.iter().enumerate() {
         for (cols, k) in [(20_000, 100), (20_000, 1000), (40_000, 2048)] {
             let data = generate::<K>(cols, distribution, (d * 31 + k) as u64);
@@ -457,7 +457,7 @@ fn split_radix_row_i64() {
 /// rows through the same calls.
 #[test]
 fn few_long_rows_split_for_balance() {
-    let gpu = common::gpu();
+    let gpu = without_bounded_split(&common::gpu());
     let shapes: &[(usize, usize, usize)] = if common::on_emulator(&gpu) {
         &[(1, 40_000, 16), (2, 30_000, 1024)]
     } else {
@@ -476,6 +476,82 @@ fn few_long_rows_split_for_balance() {
     if !common::on_emulator(&gpu) {
         let data = generate::<f64>(1 << 21, common::Distribution::Uniform, 21);
         check_data::<f64>(&gpu, &data, 1, 1 << 21, 512, Order::Largest, Algorithm::RadixSelect);
+    }
+}
+
+/// `gpu` with one long row split the way it was before the bounded split (parts that each
+/// keep their `k` best, then a merge), so that the tests above still reach that path.
+fn without_bounded_split(gpu: &Gpu) -> Gpu {
+    gpu.with_tuning(Tuning { rows_bounded_split: Some(false), ..*gpu.tuning() })
+}
+
+/// `gpu` splitting long dense rows under a sampled bound wherever it applies (several rows
+/// too, at least two parts each).
+fn with_bounded_split(gpu: &Gpu) -> Gpu {
+    gpu.with_tuning(Tuning { rows_bounded_split: Some(true), ..*gpu.tuning() })
+}
+
+/// The bounded split (one row, and three rows forced), every distribution, both orders,
+/// 16- and 32-bit keys, `k` from 1 to 2048: the candidates' path (uniform, sorted keys),
+/// the ties' path (all-equal and two-valued rows: the bound is the `k`-th best), ties among
+/// the candidates beyond the sort (few distinct values: the whole row), NaN and signed
+/// zeros bit for bit (specials), ties broken by column throughout.
+fn check_bounded_split<K: TestKey>() {
+    let gpu = with_bounded_split(&common::gpu());
+    for (d, &distribution) in DISTRIBUTIONS.iter().enumerate() {
+        for (rows, cols, k) in [(1, 20_000, 1), (1, 20_000, 100), (1, 40_000, 2048), (3, 9_000, 700)] {
+            let data: Vec<K> = (0..rows)
+                .flat_map(|r| generate::<K>(cols, distribution, (d * 31 + k + r * 7) as u64))
+                .collect();
+            for order in [Order::Smallest, Order::Largest] {
+                check_data::<K>(&gpu, &data, rows, cols, k, order, Algorithm::RadixSelect);
+            }
+        }
+    }
+}
+
+#[test]
+fn bounded_split_f32() {
+    check_bounded_split::<f32>();
+}
+
+#[test]
+fn bounded_split_bf16() {
+    check_bounded_split::<half::bf16>();
+}
+
+#[test]
+fn bounded_split_u32() {
+    check_bounded_split::<u32>();
+}
+
+/// Rows whose bounded split's sample (`BOUNDED_SAMPLE` keys at `bounded_sample_position`)
+/// misleads it: sampled keys that are the row's best and all equal (no key ranks below the
+/// bound, more than `k` tie with it: the ties' path), the row's best and distinct (fewer
+/// than `k` keys at or below the bound: the whole row), and the row's worst (nearly every
+/// key below the bound, more than the candidates hold and than a part's pool: the whole
+/// row). Each must still give the oracle's answer.
+#[test]
+fn bounded_split_whose_sample_misleads() {
+    use gpu_select_kernels::topk::rows_radix::{BOUNDED_SAMPLE, bounded_sample_position};
+    let gpu = with_bounded_split(&common::gpu());
+    let (cols, k) = (40_000, 1500);
+    for order in [Order::Smallest, Order::Largest] {
+        // Uniform keys are in [-1000, 1000).
+        let sign = if order == Order::Smallest { -1.0f32 } else { 1.0 };
+        let cases: [&dyn Fn(usize) -> f32; 3] =
+            [&|_| 2000.0 * sign, &|i| (2000.0 + i as f32) * sign, &|i| -(2000.0 + i as f32) * sign];
+        for (c, sampled) in cases.into_iter().enumerate() {
+            let mut data = generate::<f32>(2 * cols, common::Distribution::Uniform, 11 + c as u64);
+            for row in data.chunks_mut(cols) {
+                for i in 0..BOUNDED_SAMPLE {
+                    row[bounded_sample_position(i, cols as u64, BOUNDED_SAMPLE) as usize] =
+                        sampled(i as usize);
+                }
+            }
+            check_data::<f32>(&gpu, &data[..cols], 1, cols, k, order, Algorithm::RadixSelect);
+            check_data::<f32>(&gpu, &data, 2, cols, k, order, Algorithm::RadixSelect);
+        }
     }
 }
 

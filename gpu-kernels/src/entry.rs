@@ -48,7 +48,7 @@ use crate::topk::rows::{
     select_rows_q32, select_rows_q64,
 };
 use crate::topk::rows_merge::merge_rows;
-use crate::topk::rows_radix::select_rows_radix;
+use crate::topk::rows_radix::{BoundedParams, bounded_filter, bounded_finish, select_rows_radix};
 use crate::topk::rows_warp_radix::{
     select_rows_warp_radix, select_rows_warp_radix_128, select_rows_warp_radix_256,
     select_rows_warp_radix_512,
@@ -178,6 +178,11 @@ pub trait KernelKey: Key {
     const ROWS_Q64: KernelId<RowsParams<Self>>;
     /// Batched top-k by radix selection, a block per row, k ≤ 2048.
     const ROWS_RADIX: KernelId<RowsParams<Self>>;
+    /// Batched top-k by radix selection, rows split under a bound their parts sample alike:
+    /// each part's keys below the bound (16- and 32-bit keys).
+    const ROWS_RADIX_BOUNDED: KernelId<BoundedParams<Self>>;
+    /// The bounded split's second pass: a block per row over its parts' candidates.
+    const ROWS_RADIX_BOUNDED_FINISH: KernelId<BoundedParams<Self>>;
     /// Batched top-k by radix selection, a warp per row of at most 128 keys, k ≤ 256.
     const ROWS_WARP_RADIX_128: KernelId<RowsParams<Self>>;
     /// Batched top-k by radix selection, a warp per row of at most 256 keys, k ≤ 256.
@@ -224,6 +229,8 @@ crate::__kernel_table! {
         ROWS_Q32 = top_k_rows_q32(RowsParams) => select_rows_q32;
         ROWS_Q64 = top_k_rows_q64(RowsParams) => select_rows_q64;
         ROWS_RADIX = top_k_rows_radix(RowsParams) => select_rows_radix;
+        ROWS_RADIX_BOUNDED = top_k_rows_radix_bounded(BoundedParams) => bounded_filter;
+        ROWS_RADIX_BOUNDED_FINISH = top_k_rows_radix_bounded_finish(BoundedParams) => bounded_finish;
         ROWS_WARP_RADIX_128 = top_k_rows_warp_radix128(RowsParams) => select_rows_warp_radix_128;
         ROWS_WARP_RADIX_256 = top_k_rows_warp_radix256(RowsParams) => select_rows_warp_radix_256;
         ROWS_WARP_RADIX_512 = top_k_rows_warp_radix512(RowsParams) => select_rows_warp_radix_512;

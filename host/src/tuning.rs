@@ -48,6 +48,10 @@ pub struct Tuning {
     /// Radix rows: the parts a long dense row is split into (at most `cols / k`); `None`
     /// decides by the shape.
     pub rows_radix_parts: Option<u64>,
+    /// Radix rows: whether a long dense row is split under a bound its parts sample alike
+    /// (`Some(true)` wherever the bound applies, `Some(false)` never); `None` decides by
+    /// the shape.
+    pub rows_bounded_split: Option<bool>,
     /// Dense rows with `k` beyond 2048 (the batched radix select): the workspace of one
     /// launch's rows stays within about this many bytes (256 MiB); more rows run in more
     /// launches, one after another in the same workspace (a row needing more runs alone).
@@ -147,6 +151,7 @@ impl Default for Tuning {
             rows_auto_kernel: None,
             rows_warp_per_row: None,
             rows_radix_parts: None,
+            rows_bounded_split: None,
             rows_large_k_workspace_bytes: 256 << 20,
             multiselect_pick_max: 1 << 18,
             multiselect_place_keys: 1 << 23,

@@ -59,7 +59,7 @@ use crate::device::{self, SharedLayout, SharedRegion, SharedSlice};
 use crate::key::{Key, OrderedBits, rank_padding_bits};
 use crate::params::{GlobalPtr, Order};
 use crate::topk::radix::DigitRuns;
-use crate::topk::rows::{NO_INDEX, RowsParams, part_at};
+use crate::topk::rows::{NO_INDEX, Part, RowsParams, part_at};
 use crate::warp;
 use crate::warp::bitonic::WarpPairs;
 
@@ -462,6 +462,83 @@ pub fn sample_bound(wanted: u64, len: u64) -> Option<(u64, u64)> {
     (rank < SAMPLE && gathered <= POOL).then_some((rank, gathered))
 }
 
+/// Sample key `i` of `len / sample_len` evenly strided ones: `i · len / sample_len`.
+#[inline(always)]
+fn strided_position(i: u64, len: u64, sample_len: u64) -> u64 {
+    i * len / sample_len
+}
+
+/// Sample key `i` of the bounded split's [`BOUNDED_SAMPLE`] from a row of `len ≥
+/// BOUNDED_SAMPLE` keys: one key of each of `BOUNDED_SAMPLE` equal segments of `len /
+/// BOUNDED_SAMPLE` keys (the last keys of the row, fewer than a segment, are never drawn), at a
+/// pseudo-random place in it (a hash of `i`), so that keys laid out with a period dividing the segments (rows of
+/// sorted runs, say) do not all land on the same place of their period (a sample that
+/// misses sends a row to the slow path).
+///
+/// ```
+/// use gpu_select_kernels::topk::rows_radix::{BOUNDED_SAMPLE, bounded_sample_position};
+/// let len = 100_000;
+/// for i in [0, 1, BOUNDED_SAMPLE - 1] {
+///     let (p, segment) = (bounded_sample_position(i, len, BOUNDED_SAMPLE), len / BOUNDED_SAMPLE);
+///     assert!(i * segment <= p && p < (i + 1) * segment);
+/// }
+/// ```
+#[inline(always)]
+pub fn bounded_sample_position(i: u64, len: u64, sample_len: u64) -> u64 {
+    // One division a row would do (the segment); the place in it is the high half of a
+    // 32-bit hash of `i` times the segment, not a remainder (64-bit divisions cost a GPU
+    // thread hundreds of instructions: sampling with three a key took 10 µs, H200 run 302).
+    let segment = len / sample_len;
+    let hash = (i as u32).wrapping_add(1).wrapping_mul(0x9E37_79B9) ^ ((i as u32) << 7);
+    i * segment + ((hash as u64 * segment) >> 32)
+}
+
+/// The rank bound of a sample of `PER_THREAD · 256` keys spread over `row` (key `i` at
+/// `position(i, row.len, sample_len)`; loaded into the pool): the largest rank of the narrowest prefix that holds the sample's
+/// `sample_wanted` best, so that `sample_wanted` of the sampled keys (more where they tie)
+/// rank at or below it. Ends with a barrier after the last visit of the pool, which may
+/// then be overwritten.
+///
+/// # Safety
+/// *Block-wide*; the pool holds `PER_THREAD · 256` ranks (32-bit ranks only: the pool of
+/// 64-bit keys is empty); `sample_wanted` below the sample's size, so that at least one pass
+/// narrows it (and waits for the block).
+#[inline(always)]
+unsafe fn sample_rank<K: Key, const PER_THREAD: usize>(
+    row: &Row<K>,
+    layout: &RadixRowsLayout<K::Bits>,
+    sample_wanted: u64,
+    position: impl Fn(u64, u64, u64) -> u64,
+) -> K::Bits {
+    let sample_len = (PER_THREAD * RADIX_ROWS_THREADS as usize) as u64;
+    let (bits, positions) = unsafe { (layout.pool_bits.bind(), layout.pool_positions.bind()) };
+    // Every load is issued before the first store: one memory latency, not one per key
+    // (H100 run 39: a tenth of the kernel's stalls waited on these loads one by one).
+    let thread = device::thread_idx_x() as u64;
+    let position =
+        |i: usize| position(thread + (i * RADIX_ROWS_THREADS as usize) as u64, row.len, sample_len);
+    let mut sampled = [K::default(); PER_THREAD];
+    for (i, key) in sampled.iter_mut().enumerate() {
+        *key = unsafe { row.keys.read(row.start + position(i)) };
+    }
+    for (i, key) in sampled.iter().enumerate() {
+        let slot = thread as usize + i * RADIX_ROWS_THREADS as usize;
+        unsafe {
+            bits.store(slot, row.rank(*key));
+            positions.store(slot, position(i) as u32);
+        }
+    }
+    let sample = Pool { bits, positions, len: sample_len as usize };
+    // `narrow` clears the histogram and waits for the block before it visits the sample.
+    let mut narrowed =
+        Narrowed { shift: K::Bits::BITS, prefix: K::Bits::MIN, better: 0, in_prefix: sample_len };
+    while narrowed.candidates() > sample_wanted && narrowed.bits_left::<K>() {
+        narrowed = unsafe { narrow(&sample, layout, narrowed, sample_wanted) };
+    }
+    // `narrow` waits for the block after its last visit: the pool may be overwritten.
+    narrowed.upper()
+}
+
 /// One read of a row longer than the pool that gathers its best keys straight into the pool
 /// (32-bit keys): a strided sample of [`SAMPLE`] keys (in the pool) is narrowed to a rank
 /// bound at the best key of [`sample_bound`]'s rank, then every key of the row at or below the bound is
@@ -480,31 +557,9 @@ unsafe fn speculate<K: Key>(
     wanted: u64,
 ) -> Option<Pool<K::Bits>> {
     let (sample_wanted, _) = sample_bound(wanted, row.len)?;
+    let bound = unsafe { sample_rank::<K, SAMPLE_PER_THREAD>(row, layout, sample_wanted, strided_position) };
     let (next_slot, bits, positions) =
         unsafe { (layout.next_slot.bind(), layout.pool_bits.bind(), layout.pool_positions.bind()) };
-    // Every load is issued before the first store: one memory latency, not one per key
-    // (H100 run 39: a tenth of the kernel's stalls waited on these loads one by one).
-    let thread = device::thread_idx_x() as u64;
-    let position = |i: usize| (thread + (i * RADIX_ROWS_THREADS as usize) as u64) * row.len / SAMPLE;
-    let mut sampled = [K::default(); SAMPLE_PER_THREAD];
-    for (i, key) in sampled.iter_mut().enumerate() {
-        *key = unsafe { row.keys.read(row.start + position(i)) };
-    }
-    for (i, key) in sampled.iter().enumerate() {
-        let slot = thread as usize + i * RADIX_ROWS_THREADS as usize;
-        unsafe {
-            bits.store(slot, row.rank(*key));
-            positions.store(slot, position(i) as u32);
-        }
-    }
-    let sample = Pool { bits, positions, len: SAMPLE as usize };
-    // `narrow` clears the histogram and waits for the block before it visits the sample.
-    let mut narrowed = Narrowed { shift: K::Bits::BITS, prefix: K::Bits::MIN, better: 0, in_prefix: SAMPLE };
-    while narrowed.candidates() > sample_wanted && narrowed.bits_left::<K>() {
-        narrowed = unsafe { narrow(&sample, layout, narrowed, sample_wanted) };
-    }
-    let bound = narrowed.upper();
-    // `narrow` waits for the block after its last visit: the pool may be overwritten.
     let pool_full = || unsafe { next_slot.atomic_add(1, 0) } > POOL as u32;
     unsafe {
         row.for_each_until::<true>(pool_full, |rank, position| {
@@ -639,22 +694,41 @@ pub unsafe fn select_rows_radix<K: Key>(params: RowsParams<K>) {
         return;
     }
     let part = unsafe { part_at(&params, part_index) };
-    // This block's part of the row: columns `first .. first + len`.
-    let (first, len) = (part.begin, part.end - part.begin);
-    let start = part.row_start + first;
-    let largest = Order::from_raw(params.order) == Order::Largest;
-    let row = Row { keys: params.keys_in, start, len, flip: order_flip::<K>(largest) };
-    let layout = RadixRowsLayout::<K::Bits>::new();
-    let thread = device::thread_idx_x() as usize;
-    if thread == 0 {
+    unsafe { select_part(&params, part_index, part) };
+}
+
+/// The layout of a block's shared memory, its counters zeroed and ordered before what
+/// follows by a barrier.
+///
+/// # Safety
+/// *Block-wide*.
+#[inline(always)]
+unsafe fn cleared_layout<B>() -> RadixRowsLayout<B> {
+    let layout = RadixRowsLayout::<B>::new();
+    if device::thread_idx_x() == 0 {
         unsafe {
             layout.next_slot.bind().store(0, 0);
             layout.next_slot.bind().store(1, 0);
         }
     }
-    // The narrowing's first barrier orders this store before the collect's atomics; rows
-    // that need no narrowing get their own.
     unsafe { device::sync_threads() };
+    layout
+}
+
+/// The `k` best of `part` of `params`' keys, written at `part_index · k` (the body of
+/// [`select_rows_radix`], for a part the caller chooses).
+///
+/// # Safety
+/// As [`select_rows_radix`]; the part lies within the keys.
+#[inline(always)]
+unsafe fn select_part<K: Key>(params: &RowsParams<K>, part_index: u64, part: Part) {
+    let params = *params;
+    // This block's part of the row: columns `first .. first + len`.
+    let (first, len) = (part.begin, part.end - part.begin);
+    let start = part.row_start + first;
+    let largest = Order::from_raw(params.order) == Order::Largest;
+    let row = Row { keys: params.keys_in, start, len, flip: order_flip::<K>(largest) };
+    let layout = unsafe { cleared_layout::<K::Bits>() };
 
     let k = params.k as u64;
     let wanted = k.min(len);
@@ -671,7 +745,7 @@ pub unsafe fn select_rows_radix<K: Key>(params: RowsParams<K>) {
         // Every key of the row within the bound is in the pool, so the pool's ranks below
         // the `wanted`-th best are the row's: narrowing the pool narrows the row.
         narrowed.in_prefix = pool.len as u64;
-        unsafe { finish_from_pool(&row, &pool, &layout, narrowed, wanted, sort_target) }
+        unsafe { finish_from_pool::<K>(row.len, &pool, &layout, narrowed, wanted, sort_target) }
     } else {
         // Without a pool, narrow from the row down to the sort's slots.
         let narrow_from_row_to = pool_len::<K::Bits>().max(CAPACITY);
@@ -719,25 +793,27 @@ pub unsafe fn select_rows_radix<K: Key>(params: RowsParams<K>) {
                     len: pool_len as usize,
                 }
             };
-            unsafe { finish_from_pool(&row, &pool, &layout, narrowed, wanted, sort_target) }
+            unsafe { finish_from_pool::<K>(row.len, &pool, &layout, narrowed, wanted, sort_target) }
         }
     };
     unsafe { sort_and_write(&params, &layout, (part_index, start, first), count, largest) };
 }
 
 /// Narrows on in `pool`, which holds every key of the row that may be among the `wanted`
-/// best, until the candidates fit a sort of `sort_target` (or every bit is chosen), then
-/// gathers them into the sort's slots from the pool: when the ties with the `wanted`-th best
-/// still overflow the sort, the better keys and the ties up to a position that keeps them
-/// within it (ties go in column order). Returns their number.
+/// best (the pool in shared memory, or the bounded split's candidates), until the
+/// candidates fit a sort of `sort_target` (or every bit is chosen), then gathers them into
+/// the sort's slots from the pool: when the ties with the `wanted`-th best still overflow
+/// the sort, the better keys and the ties up to a position that keeps them within it (ties
+/// go in column order; positions are columns of a row of `row_len` keys). Returns their
+/// number.
 ///
 /// # Safety
 /// *Block-wide*; the pool is written (a barrier follows in the first `narrow`, and the
 /// gathers order nothing before it); the sort's counter is 0.
 #[inline(always)]
 unsafe fn finish_from_pool<K: Key>(
-    row: &Row<K>,
-    pool: &Pool<K::Bits>,
+    row_len: u64,
+    pool: &impl Ranked<K::Bits>,
     layout: &RadixRowsLayout<K::Bits>,
     mut narrowed: Narrowed<K::Bits>,
     wanted: u64,
@@ -761,7 +837,7 @@ unsafe fn finish_from_pool<K: Key>(
     let tie = narrowed.prefix;
     let tied = TiedPositions { pool, tie };
     let room = sort_target - narrowed.better;
-    let position_bits = u64::BITS - (row.len.max(1) - 1).leading_zeros();
+    let position_bits = u64::BITS - (row_len.max(1) - 1).leading_zeros();
     let mut by_position =
         Narrowed { shift: position_bits, prefix: 0u32, better: 0, in_prefix: narrowed.in_prefix };
     while by_position.candidates() > room && by_position.shift > 0 {
@@ -778,12 +854,12 @@ unsafe fn finish_from_pool<K: Key>(
 
 /// The positions of the pool's keys of rank `tie` (the ties with the wanted-th best, once
 /// every bit of the key is chosen), visited as the ranks a narrowing reads.
-struct TiedPositions<'a, B> {
-    pool: &'a Pool<B>,
+struct TiedPositions<'a, B, P> {
+    pool: &'a P,
     tie: B,
 }
 
-impl<B: OrderedBits> Ranked<u32> for TiedPositions<'_, B> {
+impl<B: OrderedBits, P: Ranked<B>> Ranked<u32> for TiedPositions<'_, B, P> {
     #[inline(always)]
     unsafe fn visit_ranks(&self, mut visit: impl FnMut(u32, u64)) {
         unsafe {
@@ -896,5 +972,278 @@ unsafe fn sort_and_write_in<K: Key, const R: usize>(
                 params.indices_out.write(out_start + slot, index);
             }
         }
+    }
+}
+
+/// Keys of the sample that bounds a bounded split's candidates: every part of a row draws
+/// the same ones, so every part finds the same bound without a word between blocks.
+pub const BOUNDED_SAMPLE: u64 = 4096;
+/// Sampled keys each thread loads for [`BOUNDED_SAMPLE`].
+const BOUNDED_SAMPLE_PER_THREAD: usize = (BOUNDED_SAMPLE / RADIX_ROWS_THREADS as u64) as usize;
+const _: () = assert!(BOUNDED_SAMPLE <= POOL && BOUNDED_SAMPLE.is_multiple_of(RADIX_ROWS_THREADS as u64));
+
+/// The bounded split's sample rank and candidate capacity for the `wanted` best of a row of
+/// `len` keys: the bound is the rank of the sample's `rank`-th best ([`BOUNDED_SAMPLE`] keys
+/// spread evenly over the row), and a row's candidates, its keys ranked strictly below the
+/// bound, are expected to number about `(rank − 1) · len / BOUNDED_SAMPLE`. The sample's
+/// expected count among the `wanted` best, `e = wanted · BOUNDED_SAMPLE / len` rounded up,
+/// plus four of its standard deviations and 5 make a shortfall (fewer than `wanted`
+/// candidates) rare, under one call in 10^5 for keys in random order; the capacity, four
+/// standard deviations and 5 above the rank, makes an overflow as rare. Either sends the
+/// finish to the whole row (correct, slower). `None` when the rank would reach the sample's
+/// size (`wanted` too large a share of the row for the sample to bound).
+///
+/// ```
+/// use gpu_select_kernels::topk::rows_radix::bounded_bound;
+/// // 2^20 keys, k = 1024: the sample's 17th best; about 4096 candidates, room for 9728.
+/// assert_eq!(bounded_bound(1024, 1 << 20), Some((17, 9728)));
+/// assert_eq!(bounded_bound(2048, 1 << 14), None);
+/// ```
+pub const fn bounded_bound(wanted: u64, len: u64) -> Option<(u64, u64)> {
+    if len == 0 {
+        return None;
+    }
+    let expected = (wanted * BOUNDED_SAMPLE).div_ceil(len);
+    let rank = expected + 4 * expected.isqrt() + 5;
+    if rank >= BOUNDED_SAMPLE {
+        return None;
+    }
+    let room = rank + 4 * rank.isqrt() + 5;
+    let capacity = room * len / BOUNDED_SAMPLE;
+    let capacity = if capacity < wanted { wanted } else { capacity };
+    Some((rank, if capacity > len { len } else { capacity }))
+}
+
+/// Words of [`BoundedParams::tallies`] per row.
+pub const BOUNDED_TALLIES: u64 = 4;
+
+/// Parameters of the bounded split of dense rows (`top_k_rows_radix_bounded_<key>`, then
+/// `top_k_rows_radix_bounded_finish_<key>`): `rows` as for the radix kernel, its
+/// `blocks_per_row` the first pass's parts, its outputs the finish's.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct BoundedParams<K> {
+    /// The rows (dense, no `indices_in`), `k`, the order, the parts and the outputs.
+    pub rows: RowsParams<K>,
+    /// `rows · capacity` candidate keys: row `r`'s at `r · capacity`.
+    pub candidate_keys: GlobalPtr<K>,
+    /// Their columns in the row.
+    pub candidate_positions: GlobalPtr<u64>,
+    /// Per row, [`BOUNDED_TALLIES`] words, zero before the first pass: its keys ranked below
+    /// the bound, its keys ranked at it, the bound (ordered bits, order flip applied), and
+    /// the candidate slots taken (the keys of both kinds, plus `capacity + 1` for each block
+    /// that could not keep them all).
+    pub tallies: GlobalPtr<u64>,
+    /// Candidates a row holds at most ([`bounded_bound`]).
+    pub capacity: u64,
+}
+
+/// The bounded split's first pass (`top_k_rows_radix_bounded_<key>`), a block per part of
+/// a row. Parts split without a bound must each keep their own `k` best, so a row's second
+/// pass reads `parts · k` candidates and a row can only be split into parts of many times
+/// `k` keys (2^20 keys at k = 1024: 8 parts of 2^17, 60 µs a block, H200). Here every part
+/// draws the same sample of the whole row ([`BOUNDED_SAMPLE`] keys) and narrows it to the
+/// same bound ([`bounded_bound`]), and keeps only its keys ranked at or below it (in the
+/// pool, then copied, with their columns, to the row's candidates at a place one global
+/// atomic reserves), counting those below it and those at it apart. A row's candidates then
+/// hold about `bounded_bound`'s count whatever the parts, so the row can be split as finely
+/// as a wave of blocks takes.
+/// 64-bit keys have no pool: their kernel returns at once, and the host never runs it.
+///
+/// # Safety
+/// [`RADIX_ROWS_THREADS`] threads, [`RadixRowsLayout::bytes`] of shared memory,
+/// `rows · blocks_per_row` blocks; dense rows whose parts hold fewer than 2^32 keys;
+/// `bounded_bound(min(k, cols), cols)` is `Some((_, capacity))`; the tallies zero.
+#[inline(always)]
+pub unsafe fn bounded_filter<K: Key>(params: BoundedParams<K>) {
+    let rows = params.rows;
+    let parts = rows.blocks_per_row.max(1) as u64;
+    let part_index = device::block_idx_x() as u64;
+    let wanted = (rows.k as u64).min(rows.cols);
+    let sample_wanted = match bounded_bound(wanted, rows.cols) {
+        Some((rank, _)) => rank,
+        None => return,
+    };
+    if pool_len::<K::Bits>() == 0 || part_index >= rows.rows * parts {
+        return;
+    }
+    let part = unsafe { part_at(&rows, part_index) };
+    let row_index = part_index / parts;
+    let largest = Order::from_raw(rows.order) == Order::Largest;
+    let whole =
+        Row { keys: rows.keys_in, start: part.row_start, len: rows.cols, flip: order_flip::<K>(largest) };
+    let layout = unsafe { cleared_layout::<K::Bits>() };
+    let bound = unsafe {
+        sample_rank::<K, BOUNDED_SAMPLE_PER_THREAD>(&whole, &layout, sample_wanted, bounded_sample_position)
+    };
+    // A bound whose digits reached the rank's padding (16-bit keys) has that padding set;
+    // no key's rank does, so it is cleared: the bound is then the largest real rank the
+    // prefix holds, and keys equal to it count as ties, not candidates.
+    let bound = K::Bits::from_u64(bound.to_u64() & (u64::MAX << rank_padding_bits::<K>()));
+
+    let (next_slot, bits, positions, choice) = unsafe {
+        (layout.next_slot.bind(), layout.pool_bits.bind(), layout.pool_positions.bind(), layout.choice.bind())
+    };
+    let piece = Row { start: part.row_start + part.begin, len: part.end - part.begin, ..whole };
+    // Keys at or below the bound go to the pool (ties too: the finish breaks them by
+    // column); those strictly below are counted apart (`next_slot[0]`).
+    let mut better = 0u32;
+    unsafe {
+        piece.for_each(|rank, position| {
+            if rank <= bound {
+                better += (rank < bound) as u32;
+                let slot = next_slot.atomic_add(1, 1) as usize;
+                if slot < POOL as usize {
+                    bits.store(slot, rank);
+                    positions.store(slot, position as u32);
+                }
+            }
+        });
+        if better > 0 {
+            next_slot.atomic_add(0, better);
+        }
+        device::sync_threads();
+    }
+    let tallies = rows_tallies(&params, row_index);
+    let kept = unsafe { next_slot.load(1) } as u64;
+    if device::thread_idx_x() == 0 {
+        // A block that kept more than its pool lost candidates: the row's slots pass the
+        // capacity, and the finish does not read the candidates.
+        let lost = if kept > POOL { params.capacity + 1 } else { 0 };
+        unsafe {
+            let base = device::global_atomic_add_u64(tallies.as_ptr().add(3), kept + lost);
+            choice.store(0, base);
+            let below = next_slot.load(0) as u64;
+            if below > 0 {
+                device::global_atomic_add_u64(tallies.as_ptr(), below);
+            }
+            if kept > below {
+                device::global_atomic_add_u64(tallies.as_ptr().add(1), kept - below);
+            }
+            if part_index.is_multiple_of(parts) {
+                tallies.write(2, bound.to_u64());
+            }
+        }
+    }
+    unsafe { device::sync_threads() };
+    let base = unsafe { choice.load(0) };
+    let row_candidates = row_index * params.capacity;
+    let mut at = device::thread_idx_x() as u64;
+    while at < kept.min(POOL) && base + at < params.capacity {
+        unsafe {
+            let column = part.begin + positions.load(at as usize) as u64;
+            let slot = row_candidates + base + at;
+            // The rank decodes to the key (a NaN to the canonical one: the finish reads a
+            // NaN's payload back from the row).
+            params.candidate_keys.write(slot, K::from_ordered(bits.load(at as usize).xor(whole.flip)));
+            params.candidate_positions.write(slot, column);
+        }
+        at += RADIX_ROWS_THREADS as u64;
+    }
+}
+
+/// Row `row`'s tallies ([`BoundedParams::tallies`]).
+#[inline(always)]
+fn rows_tallies<K>(params: &BoundedParams<K>, row: u64) -> GlobalPtr<u64> {
+    params.tallies.offset(row * BOUNDED_TALLIES)
+}
+
+/// A row's candidates of the bounded split, in no particular order: their ranks (from their
+/// keys) and, as positions, their columns in the row, so that ties sort by column as they
+/// do everywhere else.
+struct Candidates<K: Key> {
+    keys: GlobalPtr<K>,
+    columns: GlobalPtr<u64>,
+    start: u64,
+    len: u64,
+    flip: K::Bits,
+}
+
+/// Candidates each thread loads before it visits them: one memory latency for eight.
+const CANDIDATES_IN_FLIGHT: usize = 8;
+
+impl<K: Key> Ranked<K::Bits> for Candidates<K> {
+    #[inline(always)]
+    unsafe fn visit_ranks(&self, mut visit: impl FnMut(K::Bits, u64)) {
+        let stride = RADIX_ROWS_THREADS as u64;
+        let mut at = device::thread_idx_x() as u64;
+        while at < self.len {
+            let mut keys = [K::default(); CANDIDATES_IN_FLIGHT];
+            let mut columns = [0u64; CANDIDATES_IN_FLIGHT];
+            for i in 0..CANDIDATES_IN_FLIGHT {
+                let slot = at + i as u64 * stride;
+                if slot < self.len {
+                    unsafe {
+                        keys[i] = self.keys.read(self.start + slot);
+                        columns[i] = self.columns.read(self.start + slot);
+                    }
+                }
+            }
+            for i in 0..CANDIDATES_IN_FLIGHT {
+                if at + (i as u64) * stride < self.len {
+                    visit(keys[i].to_ordered().xor(self.flip), columns[i]);
+                }
+            }
+            at += CANDIDATES_IN_FLIGHT as u64 * stride;
+        }
+    }
+}
+
+/// The bounded split's second pass (`top_k_rows_radix_bounded_finish_<key>`), a block per
+/// row, writing what [`select_rows_radix`] writes for the row:
+/// - when the row's candidates (its keys at or below the bound) are at least `k` and all
+///   fit, they are narrowed (histogram
+///   passes over them, as the radix kernel narrows its pool) until the `k` best and their
+///   ties fit a sort of `k` rounded up (ties beyond it narrowed by column, the first kept),
+///   gathered with their columns, and sorted by rank and column;
+/// - when the ties with the bound overflow the candidates but fewer than `k` keys rank below
+///   it, the bound is the `k`-th best's rank: the row's better keys and first ties in column
+///   order are gathered from the row (one read at most, ending once all are found: a row of
+///   equal keys reads its first `k`);
+/// - otherwise (the sample missed, or 64-bit keys) the whole row as the radix kernel takes
+///   it, one block to the row: correct, and slow (H200: about 0.5 ms for 2^20 keys with
+///   ties), which the sample makes rare for keys in any order but an adversary's.
+///
+/// # Safety
+/// As [`bounded_filter`], `rows` blocks, after it.
+#[inline(always)]
+pub unsafe fn bounded_finish<K: Key>(params: BoundedParams<K>) {
+    let rows = RowsParams { blocks_per_row: 1, ..params.rows };
+    let row_index = device::block_idx_x() as u64;
+    if row_index >= rows.rows {
+        return;
+    }
+    let tallies = rows_tallies(&params, row_index);
+    let (kept, ties, bound, slots) =
+        unsafe { (tallies.read(0), tallies.read(1), tallies.read(2), tallies.read(3)) };
+    let k = rows.k as u64;
+    let wanted = k.min(rows.cols);
+    let whole = Part { row_start: row_index * rows.row_stride, begin: 0, end: rows.cols };
+    let largest = Order::from_raw(rows.order) == Order::Largest;
+    let flip = order_flip::<K>(largest);
+    let from_candidates = pool_len::<K::Bits>() > 0 && (wanted..=params.capacity).contains(&slots);
+    let from_ties = pool_len::<K::Bits>() > 0 && kept < wanted && wanted <= kept + ties;
+    if from_candidates {
+        let candidates = Candidates {
+            keys: params.candidate_keys,
+            columns: params.candidate_positions,
+            start: row_index * params.capacity,
+            len: slots,
+            flip,
+        };
+        let layout = unsafe { cleared_layout::<K::Bits>() };
+        let sort_target = k.next_power_of_two().min(CAPACITY);
+        let narrowed = Narrowed { shift: K::Bits::BITS, prefix: K::Bits::MIN, better: 0, in_prefix: slots };
+        let count =
+            unsafe { finish_from_pool::<K>(rows.cols, &candidates, &layout, narrowed, wanted, sort_target) };
+        unsafe { sort_and_write(&rows, &layout, (row_index, whole.row_start, 0), count, largest) };
+    } else if from_ties {
+        let row = Row { keys: rows.keys_in, start: whole.row_start, len: rows.cols, flip };
+        let layout = unsafe { cleared_layout::<K::Bits>() };
+        let narrowed = Narrowed { shift: 0, prefix: K::Bits::from_u64(bound), better: kept, in_prefix: ties };
+        let count = unsafe { collect_ties_in_order(&row, &layout, narrowed, wanted) };
+        unsafe { sort_and_write(&rows, &layout, (row_index, whole.row_start, 0), count, largest) };
+    } else {
+        unsafe { select_part(&rows, row_index, whole) };
     }
 }

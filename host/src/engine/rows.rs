@@ -24,7 +24,8 @@ use gpu_select_kernels::topk::rows_merge::{
     MERGE_MAX_CANDIDATES, MERGE_MAX_RUNS, MERGE_ROWS_THREADS, RowsMergeLayout,
 };
 use gpu_select_kernels::topk::rows_radix::{
-    MAX_RADIX_ROWS_K, POOL, RADIX_ROWS_THREADS, RadixRowsLayout, sample_bound,
+    BOUNDED_SAMPLE, BOUNDED_TALLIES, BoundedParams, MAX_RADIX_ROWS_K, POOL, RADIX_ROWS_THREADS,
+    RadixRowsLayout, bounded_bound, sample_bound,
 };
 use gpu_select_kernels::topk::rows_warp_radix::{
     WARP_RADIX_MAX_K, WARP_RADIX_MAX_LEN, WARP_RADIX_ROW_LENGTHS, WARP_RADIX_THREADS, WarpRadixLayout,
@@ -298,6 +299,9 @@ impl Gpu {
     ) -> Result<usize> {
         let shape = spec.rows(GlobalPtr::null(), GlobalPtr::null());
         if let Some(plan) = self.rows_plan(algorithm, shape, k, size_of::<K>()) {
+            if let RowsPlan::BoundedRadix { .. } = plan {
+                return Ok(BoundedWorkspace::new::<K>(shape, k).bytes);
+            }
             return Ok(match plan.parts() {
                 1 => 0,
                 parts => candidates_bytes::<K>(shape.count * parts * k as u64),
@@ -355,6 +359,9 @@ impl Gpu {
         match self.rows_plan(algorithm, rows, k, size_of::<K>()) {
             Some(RowsPlan::Queues { warp_per_row, parts }) => {
                 self.block_select_rows(data, rows, k as u32, order, (warp_per_row, parts), workspace, out)
+            }
+            Some(RowsPlan::BoundedRadix { parts, .. }) => {
+                self.bounded_select_rows(data, rows, k as u32, order, parts, workspace, out)
             }
             Some(plan) => self.radix_select_rows(data, rows, k as u32, order, plan.parts(), workspace, out),
             None if rows.host_offsets.is_none() => {
@@ -418,6 +425,43 @@ impl Gpu {
             parts,
             workspace,
         )
+    }
+
+    /// The bounded split ([`RowsPlan::BoundedRadix`]): each row's `parts` keep their keys
+    /// below a bound they sample alike, into `workspace` ([`BoundedWorkspace`]), then a
+    /// block per row takes the row's `k` best of them (or of the row, where the sample
+    /// missed).
+    #[allow(clippy::too_many_arguments)]
+    fn bounded_select_rows<K: SelectKey>(
+        &self,
+        data: &DeviceBuffer<K>,
+        rows: Rows,
+        k: u32,
+        order: Order,
+        parts: u64,
+        workspace: &mut DeviceBuffer<u8>,
+        out: &mut TopK<K>,
+    ) -> Result<()> {
+        let layout = BoundedWorkspace::new::<K>(rows, k as usize);
+        let base = workspace.global_ptr().address();
+        let tallies = GlobalPtr::<u64>::from_address(base + layout.tallies as u64);
+        self.clear_on_device(tallies.address(), rows.count as usize * BOUNDED_TALLIES as usize * 8)?;
+        let params = BoundedParams {
+            rows: RowsParams { blocks_per_row: parts as u32, ..rows_params(data, rows, k, order, out, 1) },
+            candidate_keys: GlobalPtr::from_address(base + layout.keys as u64),
+            candidate_positions: GlobalPtr::from_address(base + layout.positions as u64),
+            tallies,
+            capacity: layout.capacity,
+        };
+        let shared_bytes = RadixRowsLayout::<K::Bits>::new().bytes;
+        let blocks = |count: u64| {
+            u32::try_from(count)
+                .map_err(|_| Error::invalid(format!("{count} blocks: too many rows for one launch")))
+        };
+        let shape =
+            |blocks: u32| LaunchShape { grid: (blocks, 1), block_threads: RADIX_ROWS_THREADS, shared_bytes };
+        self.launch(K::ROWS_RADIX_BOUNDED, shape(blocks(rows.count * parts)?), params)?;
+        self.launch(K::ROWS_RADIX_BOUNDED_FINISH, shape(blocks(rows.count)?), params)
     }
 
     /// The queue kernel over every row: a warp per row (`warp_per_row`, when rows are
@@ -628,9 +672,89 @@ fn plan(
     if warp_radix_fits(rows.max_len, k) {
         return RowsPlan::WarpRadix { row_length: warp_radix_row_length(rows.max_len) };
     }
+    if let Some(plan) = bounded_plan(rows, k, key_bytes, multiprocessors, tuning) {
+        return plan;
+    }
     let parts = radix_blocks_per_row(rows, k, key_bytes, multiprocessors, tuning);
     let one_read = read_once(rows.mean_len / parts, k, key_bytes);
     RowsPlan::BlockRadix { parts, one_read }
+}
+
+/// The bounded split's parts of a row hold at least this many keys: each part narrows the
+/// whole row's sample before it reads its own keys.
+const BOUNDED_MIN_PART_LEN: u64 = 4096;
+
+/// The bounded split ([`RowsPlan::BoundedRadix`]) where it applies and is taken: dense rows
+/// of 16- or 32-bit keys (ranked in 32 bits: the kernel's pool holds the sample), a bound
+/// the sample can give ([`bounded_bound`]), at least two parts of
+/// [`BOUNDED_MIN_PART_LEN`] within one wave; taken for one row where it measured faster
+/// ([`bounded_pays`]) unless [`Tuning::rows_bounded_split`] says otherwise, or parts are forced
+/// ([`Tuning::rows_radix_parts`]).
+fn bounded_plan(
+    rows: Rows,
+    k: u32,
+    key_bytes: usize,
+    multiprocessors: u32,
+    tuning: &Tuning,
+) -> Option<RowsPlan> {
+    if tuning.rows_radix_parts.is_some()
+        || super::rank_bytes(key_bytes) != 4
+        || rows.host_offsets.is_some()
+        || rows.count == 0
+    {
+        return None;
+    }
+    let (rank, _) = bounded_bound((k as u64).min(rows.cols), rows.cols)?;
+    let target = (multiprocessors * RADIX_TARGET_BLOCKS_PER_SM) as u64;
+    let longest = (rows.cols / BOUNDED_MIN_PART_LEN).min(MAX_BLOCKS_PER_ROW);
+    // Forced, rows take two parts even past one wave (tests run the split on any device).
+    let (takes, least) = match tuning.rows_bounded_split {
+        Some(forced) => (forced, 2),
+        None => (rows.count == 1 && bounded_pays(rows.cols, k, key_bytes), 0),
+    };
+    let parts = (target / rows.count).max(least).min(longest);
+    (takes && parts >= 2)
+        .then_some(RowsPlan::BoundedRadix { parts, expected: rank * rows.cols / BOUNDED_SAMPLE })
+}
+
+/// Where one row's bounded split beat the split before it (H200 run 304, uniform keys, one
+/// row of 2^14 … 2^24 keys, k = 16 … 2048, both in the same call): 32-bit keys from `k =
+/// 128` at 2^16 … 2^22 keys (2^20 at k = 1024: 0.0759 → 0.0427 ms; 2^22 at k = 2048: 0.211
+/// → 0.068), from 256 at 2^23, from 512 at 2^24, from 1024 at 2^15; 16-bit keys (more ties,
+/// whose candidates are narrowed by column) from 256 at 2^17 … 2^19 and from 512 at 2^20 …
+/// 2^22, and at `k > 1024` from 2^17 to 2^24. Below `k` = 128 the sample's bound keeps at
+/// least ten sample keys' worth of candidates and the finish's narrowing costs more than
+/// the parts' own `k` best (2^20 at k = 16: 0.031 → 0.037).
+fn bounded_pays(cols: u64, k: u32, key_bytes: usize) -> bool {
+    let log_n = cols.max(1).ilog2();
+    if key_bytes == 2 {
+        matches!((log_n, k), (17..=19, 256..) | (20..=22, 512..) | (17..=24, 1025..))
+    } else {
+        matches!((log_n, k), (16..=22, 128..) | (23, 256..) | (24, 512..) | (15, 1024..))
+    }
+}
+
+/// The workspace of the bounded split: each row's candidate columns and keys (a row's
+/// `capacity`, [`bounded_bound`]), then its tallies.
+struct BoundedWorkspace {
+    capacity: u64,
+    positions: usize,
+    keys: usize,
+    tallies: usize,
+    bytes: usize,
+}
+
+impl BoundedWorkspace {
+    fn new<K>(rows: Rows, k: usize) -> Self {
+        let capacity =
+            bounded_bound((k as u64).min(rows.cols), rows.cols).map_or(0, |(_, capacity)| capacity);
+        let candidates = rows.count as usize * capacity as usize;
+        let mut carver = crate::workspace::WorkspaceCarver::default();
+        let positions = carver.region(candidates * 8);
+        let keys = carver.region(candidates * size_of::<K>());
+        let tallies = carver.region(rows.count as usize * BOUNDED_TALLIES as usize * 8);
+        Self { capacity, positions, keys, tallies, bytes: carver.bytes() }
+    }
 }
 
 /// Whether the radix kernel reads a part of `part_len` keys once (its sample's bound). It

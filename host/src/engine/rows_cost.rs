@@ -42,13 +42,18 @@ pub(crate) enum RowsPlan {
     /// Radix selection, a block per row or per part of one (`parts`), then the parts'
     /// merge; `one_read` when the sample bounds the `k`-th best before the read.
     BlockRadix { parts: u64, one_read: bool },
+    /// Radix selection over `parts` blocks per row that keep only their keys below a bound
+    /// they sample alike, then a block per row over those candidates (`expected` of them).
+    BoundedRadix { parts: u64, expected: u64 },
 }
 
 impl RowsPlan {
     /// Blocks per row of the first pass: more than 1 when rows are split (and merged).
     pub(crate) fn parts(self) -> u64 {
         match self {
-            RowsPlan::Queues { parts, .. } | RowsPlan::BlockRadix { parts, .. } => parts,
+            RowsPlan::Queues { parts, .. }
+            | RowsPlan::BlockRadix { parts, .. }
+            | RowsPlan::BoundedRadix { parts, .. } => parts,
             RowsPlan::WarpRadix { .. } => 1,
         }
     }
@@ -201,6 +206,18 @@ pub(crate) fn predict_ms(plan: RowsPlan, shape: RowsShape, device: Device) -> f6
                         / 1000.0;
             }
             (ms, if one_read { 1.0 } else { 2.0 })
+        }
+        RowsPlan::BoundedRadix { parts, expected } => {
+            // Both passes as the block kernel's: its parts read once, then a block per
+            // row over the candidates (read once when they pass the pool).
+            let block_waves = waves(rows * parts as f64, radix::BLOCKS_PER_SM, device);
+            let part_ms =
+                radix::BLOCK_PER_UNIT + radix::BLOCK_PER_KILO_KEY_ONE_READ * len / parts as f64 / 1000.0;
+            let finish_ms = radix::BLOCK_PER_UNIT
+                + radix::BLOCK_PER_KILO_KEY_ONE_READ * expected as f64 / 1000.0
+                + radix::BLOCK_PER_KILO_K * kf / 1000.0;
+            let finish_waves = waves(rows, radix::BLOCKS_PER_SM, device);
+            (2.0 * radix::BLOCK_FIXED_MS + block_waves * part_ms + finish_waves * finish_ms, 1.0)
         }
     };
     let read_ms = if device.read_bytes_per_s > 0.0 {

@@ -32,16 +32,21 @@ use crate::{Order, SelectKey};
 /// → 0.035 ms, bf16 0.078 → 0.039), of 64-bit keys only to 2^17 (f64 2^19 at k = 16: the
 /// array 0.033, the row 0.038); for 128 ≤ k ≤ 1024 to 2^20 (64-bit keys to 2^19: f64 2^20
 /// at k = 1024, the array 0.085, the row 0.108); for larger `k` to 2^18 (f32 2^18 at k =
-/// 2048: 0.079 → 0.068).
+/// 2048: 0.079 → 0.068). The row's bounded split (H200 run 304) moved the bounds of 16- and
+/// 32-bit keys: 128 ≤ k ≤ 1024 to 2^21 (f32 2^21 at k = 1024: the fastest array algorithm
+/// 0.090 ms, the row 0.047; bf16 0.087 and 0.062), larger `k` to 2^22 (f32 2^22 at k =
+/// 2048: 0.114 and 0.068; bf16 0.116 and 0.104).
 const ONE_ROW_MIN_KEYS: usize = 1 << 14;
 /// See [`ONE_ROW_MIN_KEYS`]: every `k` the rows take.
 const ONE_ROW_MAX_KEYS: usize = 1 << 17;
-/// See [`ONE_ROW_MIN_KEYS`]: `k` from 1025 to 2048, every key width.
-const ONE_ROW_LARGE_K_MAX_KEYS: usize = 1 << 18;
+/// See [`ONE_ROW_MIN_KEYS`]: `k` from 1025 to 2048, 64-bit keys.
+const ONE_ROW_LARGE_K_MAX_KEYS_64: usize = 1 << 18;
+/// See [`ONE_ROW_MIN_KEYS`]: `k` from 1025 to 2048, 16- and 32-bit keys.
+const ONE_ROW_LARGE_K_MAX_KEYS: usize = 1 << 22;
 /// See [`ONE_ROW_MIN_KEYS`]: 128 ≤ k ≤ 1024, 64-bit keys.
 const ONE_ROW_MID_K_MAX_KEYS_64: usize = 1 << 19;
 /// See [`ONE_ROW_MIN_KEYS`]: 128 ≤ k ≤ 1024, 16- and 32-bit keys.
-const ONE_ROW_MID_K_MAX_KEYS: usize = 1 << 20;
+const ONE_ROW_MID_K_MAX_KEYS: usize = 1 << 21;
 /// See [`ONE_ROW_MIN_KEYS`]: `k ≤ 32`, 16- and 32-bit keys.
 const ONE_ROW_SMALL_K_MAX_KEYS: usize = 1 << 24;
 
@@ -163,7 +168,8 @@ impl Gpu {
             1..=32 if narrow => ONE_ROW_SMALL_K_MAX_KEYS,
             128..=1024 if narrow => ONE_ROW_MID_K_MAX_KEYS,
             128..=1024 => ONE_ROW_MID_K_MAX_KEYS_64,
-            1025.. => ONE_ROW_LARGE_K_MAX_KEYS,
+            1025.. if narrow => ONE_ROW_LARGE_K_MAX_KEYS,
+            1025.. => ONE_ROW_LARGE_K_MAX_KEYS_64,
             _ => ONE_ROW_MAX_KEYS,
         };
         (ONE_ROW_MIN_KEYS..=most).contains(&n) && (1..=MAX_RADIX_ROWS_K as usize).contains(&k)
