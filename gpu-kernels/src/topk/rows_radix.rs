@@ -997,7 +997,7 @@ const _: () = assert!(BOUNDED_SAMPLE <= POOL && BOUNDED_SAMPLE.is_multiple_of(RA
 /// use gpu_select_kernels::topk::rows_radix::bounded_bound;
 /// // 2^20 keys, k = 1024: the sample's 17th best; about 4096 candidates, room for 9728.
 /// assert_eq!(bounded_bound(1024, 1 << 20), Some((17, 9728)));
-/// assert_eq!(bounded_bound(2048, 1 << 14), None);
+/// assert_eq!(bounded_bound(2048, 2048), None); // the whole row: nothing to bound
 /// ```
 pub const fn bounded_bound(wanted: u64, len: u64) -> Option<(u64, u64)> {
     if len == 0 {
