@@ -1258,6 +1258,16 @@ const SMALL_SWEEP_KS: [usize; 7] = [16, 32, 128, 256, 512, 1024, 2048];
 /// most, 256).
 const SMALL_SWEEP_PARTS: [u64; 9] = [1, 2, 4, 8, 16, 32, 64, 128, 256];
 
+/// One array of the small-array sweeps: 2^`log_n` uniform keys (seeded by `log_n`, so both
+/// sweeps time the same keys) on the device, and the read floor of as many bytes.
+fn sweep_array<K: SelectKey>(gpu: &Gpu, log_n: u32, convert: fn(f32) -> K) -> (usize, DeviceBuffer<K>, f64) {
+    let n = 1usize << log_n;
+    let data =
+        gpu.upload(&uniform_f32(n, log_n as u64 + 7).into_iter().map(convert).collect::<Vec<K>>()).unwrap();
+    let floor_ms = read_floor(gpu, &gpu.alloc_zeroed::<f32>(data.bytes().div_ceil(4)).unwrap());
+    (n, data, floor_ms)
+}
+
 /// The small-array sweep (section `small-sweep`, never on by default): one array of
 /// 2^14 … 2^24 uniform keys (f32, bf16, f64), `k` of [`SMALL_SWEEP_KS`], largest first,
 /// into the caller's workspace: `Auto`, each array algorithm that takes the shape (bitonic,
@@ -1275,11 +1285,7 @@ fn small_sweep(gpu: &Gpu) {
     }
     fn one<K: SelectKey>(gpu: &Gpu, convert: fn(f32) -> K, csv: &mut String) {
         for log_n in SMALL_SWEEP_LOG_N {
-            let n = 1usize << log_n;
-            let data = gpu
-                .upload(&uniform_f32(n, log_n as u64 + 7).into_iter().map(convert).collect::<Vec<K>>())
-                .unwrap();
-            let floor_ms = read_floor(gpu, &gpu.alloc_zeroed::<f32>(data.bytes().div_ceil(4)).unwrap());
+            let (n, data, floor_ms) = sweep_array(gpu, log_n, convert);
             for k in SMALL_SWEEP_KS.into_iter().filter(|&k| k <= n) {
                 // (form, measured ms, the cost model's prediction where the plan has one).
                 let mut forms: Vec<(String, f64, Option<f64>)> = Vec::new();
@@ -1365,11 +1371,7 @@ fn bounded_sweep(gpu: &Gpu) {
     }
     fn one<K: SelectKey>(gpu: &Gpu, convert: fn(f32) -> K) {
         for log_n in SMALL_SWEEP_LOG_N {
-            let n = 1usize << log_n;
-            let data = gpu
-                .upload(&uniform_f32(n, log_n as u64 + 7).into_iter().map(convert).collect::<Vec<K>>())
-                .unwrap();
-            let floor_ms = read_floor(gpu, &gpu.alloc_zeroed::<f32>(data.bytes().div_ceil(4)).unwrap());
+            let (n, data, floor_ms) = sweep_array(gpu, log_n, convert);
             for k in SMALL_SWEEP_KS.into_iter().filter(|&k| k <= n) {
                 let [bounded, before] = both(gpu, &data, (1, n, k));
                 // The array algorithms, for `Auto`'s one-row bounds: the fastest of them.
