@@ -188,6 +188,33 @@ impl Gpu {
         Ok(buffer)
     }
 
+    /// Copies `values` to a new device buffer, queued after the work before it and not
+    /// waited for (an upload that waits costs a round trip to the GPU each time).
+    ///
+    /// # Safety
+    /// `values` stays alive and unchanged until the stream has passed the copy (a later
+    /// read-back or [`Gpu::synchronize`] waits for it).
+    pub(crate) unsafe fn upload_queued<T: DeviceValue>(&self, values: &[T]) -> Result<DeviceBuffer<T>> {
+        let buffer = self.alloc_uninit::<T>(values.len())?;
+        // SAFETY: the caller keeps `values` until the stream has passed the copy; the buffer
+        // holds its bytes.
+        unsafe { self.copy_to_address_async(values, buffer.global_ptr().address())? };
+        Ok(buffer)
+    }
+
+    /// Runs `work`, which queues copies from host memory that outlives it (with
+    /// [`Gpu::upload_queued`]) and waits for the stream before it returns `Ok`; when it
+    /// fails part way, waits for the stream here, so that no queued copy outlives the
+    /// memory it reads.
+    pub(crate) fn waiting_on_error<R>(&self, work: impl FnOnce() -> Result<R>) -> Result<R> {
+        let result = work();
+        if result.is_err() {
+            // The error is `work`'s; a failure to wait would only repeat it.
+            let _ = self.synchronize();
+        }
+        result
+    }
+
     /// Overwrites `buffer` with `values` (same length).
     pub fn copy_to_device<T: DeviceValue>(&self, values: &[T], buffer: &mut DeviceBuffer<T>) -> Result<()> {
         buffer.check_gpu(self, "the destination buffer")?;
