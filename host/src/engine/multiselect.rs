@@ -1349,6 +1349,36 @@ mod tests {
         check_first_pass::<u32>(&mut top);
     }
 
+    /// A label's range is the same whatever order labels are looked up in (the lookups
+    /// walk the runs on from the last one found, and start over when a label lies before
+    /// it), and equals the range written out label by label.
+    #[test]
+    fn label_lookups_in_any_order() {
+        let mut random = 29u64;
+        let mut next = || {
+            random = random.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            random >> 11
+        };
+        let sample: Vec<u64> = (0..1024).map(|_| (next() as f32 / 1e9).to_ordered() as u64).collect();
+        let (_, _, space) = first_pass::<f32>(&SampleSummary::of::<f32>(&sample), true);
+        // Label by label, from the runs themselves.
+        let mut written = Vec::new();
+        for run in &space.runs {
+            assert_eq!(run.first as usize, written.len());
+            written.extend((0..run.count).map(|i| run.range(i)));
+        }
+        assert_eq!(written.len(), space.labels());
+        let labels = space.labels() as u32;
+        let ascending: Vec<u32> = (0..labels).collect();
+        let descending: Vec<u32> = (0..labels).rev().collect();
+        let shuffled: Vec<u32> = (0..4 * labels).map(|_| (next() % labels as u64) as u32).collect();
+        for order in [&ascending, &descending, &shuffled] {
+            for &label in order.iter() {
+                assert_eq!(space.range(label), written[label as usize], "label {label}");
+            }
+        }
+    }
+
     #[test]
     fn floats_get_a_nan_label() {
         let sample: Vec<u64> = (0..1024).map(|i| (i as f32 * 0.5).to_ordered() as u64).collect();
