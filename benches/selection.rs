@@ -1275,7 +1275,9 @@ fn sweep_array<K: SelectKey>(gpu: &Gpu, log_n: u32, convert: fn(f32) -> K) -> (u
 /// CSV, so that `Auto`'s pick can be read off), the array as one row (`row`: the rows' `Auto`, its kernel and
 /// split; `queues`: the WarpSelect queues kernel), and the row forced into the radix kernel
 /// with each split of [`SMALL_SWEEP_PARTS`] up to `n / k` parts; one line per case and `small-sweep.csv` in the results folder, so that `Auto`'s
-/// one-row bounds and the row's split can be read off one run.
+/// one-row bounds and the row's split can be read off one run. `GPU_SELECT_SMALL_SWEEP_LOG_N`
+/// (sizes, comma-separated, e.g. `22,23,24`) and `GPU_SELECT_SMALL_SWEEP_KEYS` (key names,
+/// e.g. `f32,bf16`) narrow it.
 fn small_sweep(gpu: &Gpu) {
     fn row_ms<K: SelectKey>(gpu: &Gpu, data: &DeviceBuffer<K>, k: usize) -> f64 {
         let (plan, mut workspace, mut out) = rows_buffers::<K>(gpu, data, (1, data.len(), k), Order::Largest);
@@ -1284,7 +1286,12 @@ fn small_sweep(gpu: &Gpu) {
         })
     }
     fn one<K: SelectKey>(gpu: &Gpu, convert: fn(f32) -> K, csv: &mut String) {
-        for log_n in SMALL_SWEEP_LOG_N {
+        let keys = std::env::var("GPU_SELECT_SMALL_SWEEP_KEYS").ok();
+        if keys.is_some_and(|keys| !keys.split(',').any(|key| key.trim() == K::NAME)) {
+            return;
+        }
+        let only = env_numbers("GPU_SELECT_SMALL_SWEEP_LOG_N");
+        for log_n in SMALL_SWEEP_LOG_N.filter(|log_n| only.is_empty() || only.contains(log_n)) {
             let (n, data, floor_ms) = sweep_array(gpu, log_n, convert);
             for k in SMALL_SWEEP_KS.into_iter().filter(|&k| k <= n) {
                 // (form, measured ms, the cost model's prediction where the plan has one).

@@ -137,9 +137,10 @@ fn top_k_bf16() {
 }
 
 /// Small arrays that `Auto` takes as one row of the rows' radix kernel (from 2^14 keys: to
-/// 2^17 for every `k`, 2^18 for `k` from 128, 2^20 for 128 ≤ k ≤ 1024, 2^24 for `k ≤ 32`;
-/// 64-bit keys less), and arrays just beyond: the oracle's keys and indices, sorted, and the
-/// caller's indices reported in place of positions.
+/// 2^17 for every `k`; 32-bit keys to 2^22 for 128 ≤ k ≤ 1024 and to 2^24 for larger `k`,
+/// 16-bit keys to 2^21 and 2^22; 2^24 for `k ≤ 32`; 64-bit keys less: `one_row_pays`), and
+/// arrays just beyond: the oracle's keys and indices, sorted, and the caller's indices
+/// reported in place of positions.
 fn small_arrays_as_one_row<K: TestKey>(gpu: &Gpu, sizes: &[usize]) {
     for &n in sizes {
         for k in [1, 16, 128, 1000, 2048] {
@@ -175,7 +176,10 @@ fn small_arrays_taken_as_one_row() {
         small_arrays_as_one_row::<half::bf16>(&gpu, &[16_384]);
         return;
     }
-    small_arrays_as_one_row::<f32>(&gpu, &[16_384, 65_537, 131_072, 300_000, 1 << 20, (1 << 22) + 5]);
+    small_arrays_as_one_row::<f32>(
+        &gpu,
+        &[16_384, 65_537, 131_072, 300_000, 1 << 20, 1 << 22, (1 << 22) + 5, (3 << 22) + 1],
+    );
     small_arrays_as_one_row::<half::bf16>(&gpu, &[65_537, 524_288, 1 << 20]);
     small_arrays_as_one_row::<f64>(&gpu, &[65_537, 300_000]);
     small_arrays_as_one_row::<i32>(&gpu, &[100_000]);

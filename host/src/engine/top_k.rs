@@ -35,18 +35,27 @@ use crate::{Order, SelectKey};
 /// 2048: 0.079 → 0.068). The row's bounded split (H200 run 304) moved the bounds of 16- and
 /// 32-bit keys: 128 ≤ k ≤ 1024 to 2^21 (f32 2^21 at k = 1024: the fastest array algorithm
 /// 0.090 ms, the row 0.047; bf16 0.087 and 0.062), larger `k` to 2^22 (f32 2^22 at k =
-/// 2048: 0.114 and 0.068; bf16 0.116 and 0.104).
+/// 2048: 0.114 and 0.068; bf16 0.116 and 0.104). The same run, read again for 32-bit keys
+/// alone: f32 takes the row further, 128 ≤ k ≤ 1024 to 2^22 (at 2^22 the row 0.051–0.055 ms
+/// against the fastest array algorithm's 0.068–0.085; at 2^23 it loses at k = 128 and 256,
+/// 0.078 against 0.074) and larger `k` to 2^24 (2^23 at k = 2048: 0.103 against 0.140; 2^24:
+/// 0.122 against 0.159), where bf16 rows lose (2^22 at k = 128…1024: 0.082–0.096 against
+/// 0.066–0.074; 2^23 at k = 2048: 0.164 against 0.159).
 const ONE_ROW_MIN_KEYS: usize = 1 << 14;
 /// See [`ONE_ROW_MIN_KEYS`]: every `k` the rows take.
 const ONE_ROW_MAX_KEYS: usize = 1 << 17;
 /// See [`ONE_ROW_MIN_KEYS`]: `k` from 1025 to 2048, 64-bit keys.
 const ONE_ROW_LARGE_K_MAX_KEYS_64: usize = 1 << 18;
-/// See [`ONE_ROW_MIN_KEYS`]: `k` from 1025 to 2048, 16- and 32-bit keys.
-const ONE_ROW_LARGE_K_MAX_KEYS: usize = 1 << 22;
+/// See [`ONE_ROW_MIN_KEYS`]: `k` from 1025 to 2048, 16-bit keys.
+const ONE_ROW_LARGE_K_MAX_KEYS_16: usize = 1 << 22;
+/// See [`ONE_ROW_MIN_KEYS`]: `k` from 1025 to 2048, 32-bit keys.
+const ONE_ROW_LARGE_K_MAX_KEYS_32: usize = 1 << 24;
 /// See [`ONE_ROW_MIN_KEYS`]: 128 ≤ k ≤ 1024, 64-bit keys.
 const ONE_ROW_MID_K_MAX_KEYS_64: usize = 1 << 19;
-/// See [`ONE_ROW_MIN_KEYS`]: 128 ≤ k ≤ 1024, 16- and 32-bit keys.
-const ONE_ROW_MID_K_MAX_KEYS: usize = 1 << 21;
+/// See [`ONE_ROW_MIN_KEYS`]: 128 ≤ k ≤ 1024, 16-bit keys.
+const ONE_ROW_MID_K_MAX_KEYS_16: usize = 1 << 21;
+/// See [`ONE_ROW_MIN_KEYS`]: 128 ≤ k ≤ 1024, 32-bit keys.
+const ONE_ROW_MID_K_MAX_KEYS_32: usize = 1 << 22;
 /// See [`ONE_ROW_MIN_KEYS`]: `k ≤ 32`, 16- and 32-bit keys.
 const ONE_ROW_SMALL_K_MAX_KEYS: usize = 1 << 24;
 
@@ -164,12 +173,14 @@ impl Gpu {
     /// passes sized for large inputs. `key_bytes`: 64-bit keys pay over a shorter range.
     pub(crate) fn one_row_pays(n: usize, k: usize, key_bytes: usize) -> bool {
         let narrow = super::rank_bytes(key_bytes) == 4;
-        let most = match k {
-            1..=32 if narrow => ONE_ROW_SMALL_K_MAX_KEYS,
-            128..=1024 if narrow => ONE_ROW_MID_K_MAX_KEYS,
-            128..=1024 => ONE_ROW_MID_K_MAX_KEYS_64,
-            1025.. if narrow => ONE_ROW_LARGE_K_MAX_KEYS,
-            1025.. => ONE_ROW_LARGE_K_MAX_KEYS_64,
+        let most = match (k, key_bytes) {
+            (1..=32, _) if narrow => ONE_ROW_SMALL_K_MAX_KEYS,
+            (128..=1024, 2) => ONE_ROW_MID_K_MAX_KEYS_16,
+            (128..=1024, 4) => ONE_ROW_MID_K_MAX_KEYS_32,
+            (128..=1024, _) => ONE_ROW_MID_K_MAX_KEYS_64,
+            (1025.., 2) => ONE_ROW_LARGE_K_MAX_KEYS_16,
+            (1025.., 4) => ONE_ROW_LARGE_K_MAX_KEYS_32,
+            (1025.., _) => ONE_ROW_LARGE_K_MAX_KEYS_64,
             _ => ONE_ROW_MAX_KEYS,
         };
         (ONE_ROW_MIN_KEYS..=most).contains(&n) && (1..=MAX_RADIX_ROWS_K as usize).contains(&k)
