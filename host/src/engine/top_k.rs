@@ -170,7 +170,8 @@ impl Gpu {
     /// the rows' radix kernel: the row split over blocks, each narrowing its part in shared
     /// memory and sorting its best `k`, then one pass over their candidates (a co-ranking
     /// merge or the radix kernel: two launches), where the array algorithms take a chain of
-    /// passes sized for large inputs. `key_bytes`: 64-bit keys pay over a shorter range.
+    /// passes sized for large inputs. `key_bytes`: 64-bit keys pay over a shorter range, and
+    /// from `k = 128` 16-bit keys over a shorter one than 32-bit keys.
     pub(crate) fn one_row_pays(n: usize, k: usize, key_bytes: usize) -> bool {
         let narrow = super::rank_bytes(key_bytes) == 4;
         let most = match (k, key_bytes) {
