@@ -1263,6 +1263,15 @@ impl Gpu {
 mod tests {
     use super::*;
 
+    /// A test's pseudo-random 53-bit numbers from `seed` (a linear congruential generator).
+    fn random_bits(seed: u64) -> impl FnMut() -> u64 {
+        let mut random = seed;
+        move || {
+            random = random.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            random >> 11
+        }
+    }
+
     /// The first pass's label of `bits` (as the kernels compute it).
     fn first_label<K: Key>(first: &FirstPass, table: &[u32], bits: u64) -> u32 {
         first.label_of(K::Bits::from_u64(bits), |slot| table[slot])
@@ -1309,11 +1318,7 @@ mod tests {
 
     #[test]
     fn first_pass_labels_cover_every_bit_pattern_in_order() {
-        let mut random = 17u64;
-        let mut next = || {
-            random = random.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            random >> 11
-        };
+        let mut next = random_bits(17);
         let mut floats: Vec<u64> = (0..1024).map(|_| (next() as f32 / 1e9).to_ordered() as u64).collect();
         check_first_pass::<f32>(&mut floats);
         let mut with_nan = floats.clone();
@@ -1354,11 +1359,7 @@ mod tests {
     /// it), and equals the range written out label by label.
     #[test]
     fn label_lookups_in_any_order() {
-        let mut random = 29u64;
-        let mut next = || {
-            random = random.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            random >> 11
-        };
+        let mut next = random_bits(29);
         let sample: Vec<u64> = (0..1024).map(|_| (next() as f32 / 1e9).to_ordered() as u64).collect();
         let (_, _, space) = first_pass::<f32>(&SampleSummary::of::<f32>(&sample), true);
         // Label by label, from the runs themselves.
@@ -1404,11 +1405,7 @@ mod tests {
             }
         }
         let gpu = Gpu::emulator();
-        let mut random = 5u64;
-        let mut next = move || {
-            random = random.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            random >> 11
-        };
+        let mut next = random_bits(5);
         let floats: Vec<f32> =
             (0..3000).map(|i| if i % 7 == 0 { f32::NAN } else { next() as f32 / 1e12 - 2e3 }).collect();
         check(&gpu, &floats);
