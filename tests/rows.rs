@@ -525,6 +525,26 @@ fn bounded_split_u32() {
     check_bounded_split::<u32>();
 }
 
+/// One row of 2^21 bf16 keys rounded from uniform values in [0, 1) (1 in 512 keys is 1.0, 1
+/// in 256 each value below): largest first, the bound falls on a value shared by thousands of
+/// keys and about 12 000 candidates (more than a block's threads load at once, 256 × 32, the
+/// last load partial) tie in runs far beyond the sort, so the finish narrows them by column
+/// over several passes; smallest first, about 30 keys share a value and the candidates
+/// number 6 300 … 8 700 (two loads at `k = 2048`).
+#[test]
+fn bounded_split_many_tied_candidates() {
+    let gpu = with_bounded_split(&common::gpu());
+    let cols = 1 << 21;
+    let mut random = common::SplitMix(21);
+    let data: Vec<half::bf16> =
+        (0..cols).map(|_| half::bf16::from_f32((random.next() >> 40) as f32 / (1u64 << 24) as f32)).collect();
+    for k in [16, 1024, 2048] {
+        for order in [Order::Largest, Order::Smallest] {
+            check_data::<half::bf16>(&gpu, &data, 1, cols, k, order, Algorithm::RadixSelect);
+        }
+    }
+}
+
 /// Rows whose bounded split's sample (`BOUNDED_SAMPLE` keys at `bounded_sample_position`)
 /// misleads it: sampled keys that are the row's best and all equal (no key ranks below the
 /// bound, more than `k` tie with it: the ties' path), the row's best and distinct (fewer
