@@ -1644,41 +1644,62 @@ fn top_k_into_ms<K: SelectKey>(
     Some((ms, plan.predicted_ms()))
 }
 
-/// The top-k sweep (section `topk-sweep`, never on by default): uniform f32 keys at every
+/// The top-k sweep (section `topk-sweep`, never on by default): uniform keys at every
 /// size of [`TOP_K_SWEEP_LOG_N`] and `k` of [`TOP_K_SWEEP_KS`], largest first, with each
 /// algorithm and with `Auto` (the median of 10 event-timed calls after 2 warm-up calls),
-/// written to `topk-sweep.csv` in the results folder with the model's prediction.
+/// written to `topk-sweep.csv` in the results folder with the model's prediction. f32 keys;
+/// `GPU_SELECT_TOPK_SWEEP_KEYS` (key names, comma-separated, of f32, bf16 and f64) names
+/// others: the same values in [0, 1) rounded to bf16 (about 16 000 distinct values, ties
+/// beyond the sort at every `k`: the key size's cost, not a benign case) or widened to f64.
 fn top_k_sweep(gpu: &Gpu) {
+    fn one<K: SelectKey>(gpu: &Gpu, convert: fn(f32) -> K, csv: &mut String, path: &std::path::Path) {
+        let algorithms = [
+            ("auto", Algorithm::Auto),
+            ("bitonic", Algorithm::Bitonic),
+            ("radix", Algorithm::RadixSelect),
+            ("sample", Algorithm::SampleSelect),
+            ("heap", Algorithm::PerThreadHeap),
+            ("sort-choose", Algorithm::SortAndChoose),
+            ("bucket", Algorithm::BucketSelect),
+        ];
+        for log_n in TOP_K_SWEEP_LOG_N {
+            let n = 1usize << log_n;
+            let keys = gpu
+                .upload(&uniform_f32(n, log_n as u64 + 100).into_iter().map(convert).collect::<Vec<K>>())
+                .unwrap();
+            // The floor of the same bytes, read as f32 words.
+            let floor_ms = read_floor(gpu, &gpu.alloc_zeroed::<f32>(keys.bytes().div_ceil(4)).unwrap());
+            for k in TOP_K_SWEEP_KS {
+                for (name, algorithm) in algorithms {
+                    let options = TopKOptions::new(Order::Largest).with_algorithm(algorithm);
+                    let Some((median_ms, predicted)) = top_k_into_ms(gpu, &keys, k, &options) else {
+                        continue;
+                    };
+                    eprintln!("topk-sweep {} n=2^{log_n} k={k} {name}: {median_ms:.4} ms", K::NAME);
+                    let _ = writeln!(
+                        csv,
+                        "{},{n},{k},{name},{median_ms:.5},{floor_ms:.5},{}",
+                        K::NAME,
+                        predicted.map_or(String::new(), |ms| format!("{ms:.5}"))
+                    );
+                }
+            }
+            // Written size by size, so that a run cut short keeps what it measured.
+            std::fs::write(path, &*csv).expect("cannot write the sweep");
+        }
+    }
     let dir = results_dir();
     std::fs::create_dir_all(&dir).expect("cannot create the results folder");
     let path = dir.join("topk-sweep.csv");
     let mut csv = String::from("key,n,k,algorithm,ms,floor_ms,predicted_ms\n");
-    let algorithms = [
-        ("auto", Algorithm::Auto),
-        ("bitonic", Algorithm::Bitonic),
-        ("radix", Algorithm::RadixSelect),
-        ("sample", Algorithm::SampleSelect),
-        ("heap", Algorithm::PerThreadHeap),
-        ("sort-choose", Algorithm::SortAndChoose),
-        ("bucket", Algorithm::BucketSelect),
-    ];
-    for log_n in TOP_K_SWEEP_LOG_N {
-        let n = 1usize << log_n;
-        let keys = gpu.upload(&uniform_f32(n, log_n as u64 + 100)).unwrap();
-        let floor_ms = read_floor(gpu, &keys);
-        for k in TOP_K_SWEEP_KS {
-            for (name, algorithm) in algorithms {
-                let options = TopKOptions::new(Order::Largest).with_algorithm(algorithm);
-                let Some((median_ms, predicted)) = top_k_into_ms(gpu, &keys, k, &options) else { continue };
-                eprintln!("topk-sweep f32 n=2^{log_n} k={k} {name}: {median_ms:.4} ms");
-                let _ = writeln!(
-                    csv,
-                    "f32,{n},{k},{name},{median_ms:.5},{floor_ms:.5},{}",
-                    predicted.map_or(String::new(), |ms| format!("{ms:.5}"))
-                );
-            }
+    let keys = std::env::var("GPU_SELECT_TOPK_SWEEP_KEYS").unwrap_or_else(|_| "f32".to_string());
+    for key in keys.split(',').map(str::trim) {
+        match key {
+            "f32" => one::<f32>(gpu, |value| value, &mut csv, &path),
+            "bf16" => one::<half::bf16>(gpu, half::bf16::from_f32, &mut csv, &path),
+            "f64" => one::<f64>(gpu, |value| value as f64, &mut csv, &path),
+            other => panic!("GPU_SELECT_TOPK_SWEEP_KEYS: no key type {other:?} (f32, bf16, f64)"),
         }
-        std::fs::write(&path, &csv).expect("cannot write the sweep");
     }
     println!("written: {}", path.display());
 }

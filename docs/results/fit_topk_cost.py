@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Reproduces the constants of host/src/topk/cost.rs from a top-k sweep (plain Python).
 
-Usage: python3 docs/results/fit_topk_cost.py docs/results/raw/2026-11-23-h100-run52-topk-sweep.csv
+Usage: python3 docs/results/fit_topk_cost.py docs/results/raw/2026-11-23-h100-run52-topk-sweep.csv [KEY]
+(KEY: the sweep's key column to fit, f32 by default; H200 run 315's sweep,
+docs/results/raw/2026-11-29-h200-run315-topk-sweep.csv, holds f32, bf16 and f64: SampleSelect's
+constants come from it.)
 
 The sweep is `GPU_SELECT_BENCH_SECTIONS=topk-sweep cargo xtask bench` (uniform f32, largest
 first, n = 2^20 .. 2^30, k = 1 .. 1024, each algorithm forced). Prints:
@@ -19,7 +22,8 @@ import collections
 import csv
 import sys
 
-rows = list(csv.DictReader(open(sys.argv[1])))
+KEY = sys.argv[2] if len(sys.argv) > 2 else "f32"
+rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["key"] == KEY]
 ms = collections.defaultdict(dict)
 for r in rows:
     ms[(r["algorithm"], int(r["k"]))][int(r["n"])] = float(r["ms"])
@@ -35,9 +39,10 @@ print("BITONIC_MS (rows k=1, q=1, 2, 4, 8, 16, 32; columns", [n.bit_length() - 1
 for line in table:
     print("    [" + ", ".join(f"{v:.4f}" for v in line) + "],")
 
-def fit_line(algorithm):
+def fit_line(algorithm, least_n=0):
     # Minimise sum ((a + b n) / t - 1)^2: linear least squares in (a, b) with weights 1/t.
-    points = [(n, t) for (alg, _), by_n in ms.items() if alg == algorithm for n, t in by_n.items()]
+    points = [(n, t) for (alg, _), by_n in ms.items() if alg == algorithm for n, t in by_n.items()
+              if n >= least_n]
     a11 = sum(1 / t**2 for n, t in points)
     a12 = sum(n / t**2 for n, t in points)
     a22 = sum(n * n / t**2 for n, t in points)
@@ -51,6 +56,13 @@ def fit_line(algorithm):
 for algorithm in ["radix", "sample"]:
     fixed, per_input_ns = fit_line(algorithm)
     print(f"{algorithm}: fixed_ms {fixed:.4f}, per_input_ns {per_input_ns:.4e}")
+# SampleSelect's line from 2^22 (2^20 is launch-bound), and its work per input at the
+# largest k (ties of 16-bit keys cost most there) beyond the fixed part cost.rs holds.
+fixed, per_input_ns = fit_line("sample", 1 << 22)
+print(f"sample from 2^22: fixed_ms {fixed:.4f}, per_input_ns {per_input_ns:.4e}")
+largest = max(sizes)
+print(f"sample at 2^{largest.bit_length() - 1}, k = 1024, beyond 0.15 ms: "
+      f"{(ms[('sample', 1024)][largest] - 0.15) / largest * 1e6:.4e} ns per input")
 
 heap_ks = sorted(k for (alg, k) in ms if alg == "heap")
 if heap_ks:
