@@ -1651,6 +1651,8 @@ fn top_k_into_ms<K: SelectKey>(
 /// `GPU_SELECT_TOPK_SWEEP_KEYS` (key names, comma-separated, of f32, bf16 and f64) names
 /// others: the same values in [0, 1) rounded to bf16 (about 16 000 distinct values, ties
 /// beyond the sort at every `k`: the key size's cost, not a benign case) or widened to f64.
+/// `GPU_SELECT_TOPK_SWEEP_LOG_N` (sizes, e.g. `20,28`) and `GPU_SELECT_TOPK_SWEEP_ALGORITHMS`
+/// (the CSV's names, e.g. `sample,bitonic`) narrow it (for a profiler).
 fn top_k_sweep(gpu: &Gpu) {
     fn one<K: SelectKey>(gpu: &Gpu, convert: fn(f32) -> K, csv: &mut String, path: &std::path::Path) {
         let algorithms = [
@@ -1662,7 +1664,11 @@ fn top_k_sweep(gpu: &Gpu) {
             ("sort-choose", Algorithm::SortAndChoose),
             ("bucket", Algorithm::BucketSelect),
         ];
-        for log_n in TOP_K_SWEEP_LOG_N {
+        let sizes = env_numbers("GPU_SELECT_TOPK_SWEEP_LOG_N");
+        let named = std::env::var("GPU_SELECT_TOPK_SWEEP_ALGORITHMS").ok();
+        let named =
+            |name: &str| named.as_ref().is_none_or(|names| names.split(',').any(|n| n.trim() == name));
+        for log_n in TOP_K_SWEEP_LOG_N.into_iter().filter(|log_n| sizes.is_empty() || sizes.contains(log_n)) {
             let n = 1usize << log_n;
             let keys = gpu
                 .upload(&uniform_f32(n, log_n as u64 + 100).into_iter().map(convert).collect::<Vec<K>>())
@@ -1670,7 +1676,7 @@ fn top_k_sweep(gpu: &Gpu) {
             // The floor of the same bytes, read as f32 words.
             let floor_ms = read_floor(gpu, &gpu.alloc_zeroed::<f32>(keys.bytes().div_ceil(4)).unwrap());
             for k in TOP_K_SWEEP_KS {
-                for (name, algorithm) in algorithms {
+                for (name, algorithm) in algorithms.into_iter().filter(|(name, _)| named(name)) {
                     let options = TopKOptions::new(Order::Largest).with_algorithm(algorithm);
                     let Some((median_ms, predicted)) = top_k_into_ms(gpu, &keys, k, &options) else {
                         continue;
