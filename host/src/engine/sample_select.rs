@@ -11,7 +11,8 @@ use gpu_select_kernels::select::sample::{
     BRACKET_BUCKET_BITS, BracketLayout, BracketTopKLayout, KeptRun, LEVEL_SLOTS, MAX_BUCKET_BITS,
     MAX_BUCKETS, MAX_EXACT_BUCKET_BITS, MAX_SAMPLE, MAX_SAMPLE_BLOCKS, NearestLayout, RangeLayout,
     SAMPLE_SORT_THREADS, SAMPLE_THREADS, SPLITTER_SLOTS, SampleChooseLayout, SampleLevel, SampleOutcome,
-    SampleParams, SamplePassLayout, SampleSortLayout, WARP_TILE, WINDOW_BITS, WindowLayout, flags,
+    SampleParams, SamplePassLayout, SampleSortLayout, WARP_TILE, WINDOW_BITS, WindowLayout, bracket_places,
+    flags,
 };
 
 use crate::buffer::{DeviceBuffer, DeviceValue};
@@ -139,6 +140,25 @@ impl SamplePlan {
     /// its first level, the radix finish.
     fn expected_levels(&self, n: u64) -> u32 {
         self.levels_after(n, 0)
+    }
+
+    /// The levels launched before the host first reads the outcome for rank `k` of `n`:
+    /// [`Self::expected_levels`], except that top-k's bracket is expected to keep the keys
+    /// better than its upper bound (about `(place + 1) · n / sample` of them,
+    /// [`bracket_places`]), not its buffer's capacity of `n / 32`: at 2^26 and 2^28 with a
+    /// small `k`, one level fewer, whose four kernels found the run done and returned (about
+    /// 13 µs of a 0.45 ms top-k of 2^28, H200 run 317). A bracket that keeps more than
+    /// expected costs a read of the outcome and a batch of two more levels, as any run that
+    /// outlasts its batch; the levels a run may take in all ([`Self::expected_levels`] and
+    /// the fallback's) are unchanged.
+    fn first_batch(&self, n: u64, k: u64) -> u32 {
+        let top_k_bracket = self.flags & flags::BRACKET != 0 && self.flags & flags::EMIT != 0;
+        let sample = self.bracket_sample(n, k) as u64;
+        let high = if top_k_bracket { bracket_places(sample, k.max(1), n).1 } else { None };
+        let Some(high) = high else { return self.expected_levels(n) };
+        let kept = ((high + 1) as u128 * n as u128 / sample as u128) as u64;
+        let plain = Self { flags: self.flags & !flags::BRACKET, ..*self };
+        1 + plain.levels_after(kept.min(self.capacity), 1)
     }
 
     /// The levels [`Self::expected_levels`] expects from level `first` on over `n`
@@ -454,7 +474,7 @@ impl Gpu {
             self.launch(K::SAMPLE_SELECT_RANGE, range, params)?;
         }
         let mut level = 0;
-        let mut batch = plan.expected_levels(n);
+        let mut batch = plan.first_batch(n, k);
         if plan.flags & flags::BRACKET != 0 {
             // Level 0 brackets the rank: its own splitters and pass, and no filter (the pass
             // copied what it kept); the levels after it are the usual ones.
@@ -636,5 +656,21 @@ mod tests {
         let bracket = SamplePlan::new(1 << 28, 132, policy, flags::BRACKET);
         assert_eq!(bracket.capacity, 1 << 25);
         assert_eq!(bracket.expected_levels(1 << 28), 3);
+        // Top-k's bracket keeps about six sample places' worth of keys for a small k (8192
+        // samples from 2^27 keys): its first batch stops a level earlier at 2^26 and 2^28,
+        // not at 2^30 (786 432 kept, 3072 after a level); at k = n/64, as many as before.
+        let top_k = |n: u64| SamplePlan::new(n, 132, policy, flags::BRACKET | flags::EMIT);
+        assert_eq!((top_k(1 << 28).first_batch(1 << 28, 1), top_k(1 << 28).expected_levels(1 << 28)), (3, 4));
+        assert_eq!(
+            (top_k(1 << 28).first_batch(1 << 28, 1024), top_k(1 << 26).first_batch(1 << 26, 32)),
+            (3, 3)
+        );
+        assert_eq!(top_k(1 << 30).first_batch(1 << 30, 1024), top_k(1 << 30).expected_levels(1 << 30));
+        assert_eq!(top_k(1 << 28).first_batch(1 << 28, 1 << 22), top_k(1 << 28).expected_levels(1 << 28));
+        for n in [1u64 << 20, 1 << 24, 1 << 26, 1 << 28, 1 << 30] {
+            for k in [1, 64, 1024, n / 64] {
+                assert!(top_k(n).first_batch(n, k) <= top_k(n).expected_levels(n), "n={n} k={k}");
+            }
+        }
     }
 }
