@@ -1229,6 +1229,12 @@ fn env_numbers(name: &str) -> Vec<u32> {
     std::env::var(name).unwrap_or_default().split(',').filter_map(|v| v.trim().parse().ok()).collect()
 }
 
+/// Whether the comma-separated names of environment variable `name` hold `item`; `None`
+/// when it is not set (the section's default applies).
+fn env_names_hold(name: &str, item: &str) -> Option<bool> {
+    std::env::var(name).ok().map(|names| names.split(',').any(|n| n.trim() == item))
+}
+
 /// Top-k of small arrays (section `small`): the 2^16 and 2^20 keys at `k` = 32 and
 /// 1024, f32 and bf16 (`Auto`, which takes 2^16 as one row of the rows' radix kernel and
 /// 2^20 by the array algorithms), into the caller's workspace, beside the read floor.
@@ -1286,8 +1292,7 @@ fn small_sweep(gpu: &Gpu) {
         })
     }
     fn one<K: SelectKey>(gpu: &Gpu, convert: fn(f32) -> K, csv: &mut String) {
-        let keys = std::env::var("GPU_SELECT_SMALL_SWEEP_KEYS").ok();
-        if keys.is_some_and(|keys| !keys.split(',').any(|key| key.trim() == K::NAME)) {
+        if env_names_hold("GPU_SELECT_SMALL_SWEEP_KEYS", K::NAME) == Some(false) {
             return;
         }
         let only = env_numbers("GPU_SELECT_SMALL_SWEEP_LOG_N");
@@ -1665,9 +1670,7 @@ fn top_k_sweep(gpu: &Gpu) {
             ("bucket", Algorithm::BucketSelect),
         ];
         let sizes = env_numbers("GPU_SELECT_TOPK_SWEEP_LOG_N");
-        let named = std::env::var("GPU_SELECT_TOPK_SWEEP_ALGORITHMS").ok();
-        let named =
-            |name: &str| named.as_ref().is_none_or(|names| names.split(',').any(|n| n.trim() == name));
+        let named = |name: &str| env_names_hold("GPU_SELECT_TOPK_SWEEP_ALGORITHMS", name) != Some(false);
         for log_n in TOP_K_SWEEP_LOG_N.into_iter().filter(|log_n| sizes.is_empty() || sizes.contains(log_n)) {
             let n = 1usize << log_n;
             let keys = gpu
@@ -1698,14 +1701,16 @@ fn top_k_sweep(gpu: &Gpu) {
     std::fs::create_dir_all(&dir).expect("cannot create the results folder");
     let path = dir.join("topk-sweep.csv");
     let mut csv = String::from("key,n,k,algorithm,ms,floor_ms,predicted_ms\n");
-    let keys = std::env::var("GPU_SELECT_TOPK_SWEEP_KEYS").unwrap_or_else(|_| "f32".to_string());
-    for key in keys.split(',').map(str::trim) {
-        match key {
-            "f32" => one::<f32>(gpu, |value| value, &mut csv, &path),
-            "bf16" => one::<half::bf16>(gpu, half::bf16::from_f32, &mut csv, &path),
-            "f64" => one::<f64>(gpu, |value| value as f64, &mut csv, &path),
-            other => panic!("GPU_SELECT_TOPK_SWEEP_KEYS: no key type {other:?} (f32, bf16, f64)"),
-        }
+    // f32 unless the variable names others.
+    let keys = |name: &str| env_names_hold("GPU_SELECT_TOPK_SWEEP_KEYS", name).unwrap_or(name == "f32");
+    if keys("f32") {
+        one::<f32>(gpu, |value| value, &mut csv, &path);
+    }
+    if keys("bf16") {
+        one::<half::bf16>(gpu, half::bf16::from_f32, &mut csv, &path);
+    }
+    if keys("f64") {
+        one::<f64>(gpu, |value| value as f64, &mut csv, &path);
     }
     println!("written: {}", path.display());
 }

@@ -152,13 +152,19 @@ impl SamplePlan {
     /// outlasts its batch; the levels a run may take in all ([`Self::expected_levels`] and
     /// the fallback's) are unchanged.
     fn first_batch(&self, n: u64, k: u64) -> u32 {
-        let top_k_bracket = self.flags & flags::BRACKET != 0 && self.flags & flags::EMIT != 0;
+        if self.flags & flags::BRACKET == 0 || self.flags & flags::EMIT == 0 {
+            return self.expected_levels(n);
+        }
         let sample = self.bracket_sample(n, k) as u64;
-        let high = if top_k_bracket { bracket_places(sample, k.max(1), n).1 } else { None };
-        let Some(high) = high else { return self.expected_levels(n) };
+        let Some(high) = bracket_places(sample, k.max(1), n).1 else { return self.expected_levels(n) };
         let kept = ((high + 1) as u128 * n as u128 / sample as u128) as u64;
+        self.levels_from_bracket(kept.min(self.capacity), 0)
+    }
+
+    /// The bracket's level at `first`, then the usual levels over the `kept` keys it keeps.
+    fn levels_from_bracket(&self, kept: u64, first: u32) -> u32 {
         let plain = Self { flags: self.flags & !flags::BRACKET, ..*self };
-        1 + plain.levels_after(kept.min(self.capacity), 1)
+        1 + plain.levels_after(kept, first + 1)
     }
 
     /// The levels [`Self::expected_levels`] expects from level `first` on over `n`
@@ -166,10 +172,8 @@ impl SamplePlan {
     /// selection past the first level, the policy's `radix_finish`.
     fn levels_after(&self, n: u64, first: u32) -> u32 {
         if self.flags & flags::BRACKET != 0 {
-            // The bracket's level, then the usual ones on what it keeps.
-            let plain = Self { flags: self.flags & !flags::BRACKET, ..*self };
             let kept = if self.flags & flags::EMIT != 0 { self.capacity } else { n / BRACKET_DIVISOR };
-            return 1 + plain.levels_after(kept, first + 1);
+            return self.levels_from_bracket(kept, first);
         }
         let finishes = |level: u32, len: u64| {
             len <= MAX_SAMPLE as u64
