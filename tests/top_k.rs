@@ -360,6 +360,31 @@ fn sample_select_brackets_a_small_k() {
 }
 
 #[test]
+fn sample_select_bracket_offsets_span_many_warps() {
+    // The bracket's choose turns every warp's kept count into an offset (a scan over
+    // `blocks · 8` values, each warp of the choose taking batches of 8 chunks of 32): with
+    // 489 blocks (3912 warps, a last chunk of 8) the scan runs two batches a warp, and a
+    // wrong offset puts kept keys out of input order or over each other.
+    let gpu = common::gpu();
+    let n = 1_000_001;
+    let default = gpu_select::SampleSelectPolicy::for_device(gpu.limits());
+    let blocks_per_sm = 1000u32.div_ceil(gpu.limits().multiprocessors);
+    let policy = gpu_select::SampleSelectPolicy { blocks_per_sm, ..default };
+    for (d, distribution) in [Distribution::Uniform, Distribution::FewDistinct(1024)].into_iter().enumerate()
+    {
+        let data = generate::<f32>(n, distribution, 61 + d as u64);
+        for order in [Order::Smallest, Order::Largest] {
+            for k in [1, 1000, n / 64] {
+                let options =
+                    TopKOptions::new(order).with_algorithm(Algorithm::SampleSelect).with_policy(policy);
+                let context = format!("{distribution:?} {order:?} k={k} blocks_per_sm={blocks_per_sm}");
+                check(&gpu, &data, k, options.with_sorted(false), &format!("{context} unsorted"));
+            }
+        }
+    }
+}
+
+#[test]
 fn pruned_passes_agree_with_the_oracle() {
     // Inputs of 512 tiles and more are sampled first: the sample's k-th best bounds the main
     // pass, and blocks tighten it with their own running k-th best. Distributions where
