@@ -2,8 +2,8 @@
 """Reproduces the constants of host/src/topk/cost.rs from a top-k sweep (plain Python).
 
 Usage: python3 docs/results/fit_topk_cost.py docs/results/raw/2026-11-23-h100-run52-topk-sweep.csv [KEY]
-(KEY: the sweep's key column to fit, f32 by default; H200 run 315's sweep,
-docs/results/raw/2026-11-29-h200-run315-topk-sweep.csv, holds f32, bf16 and f64: SampleSelect's
+(KEY: the sweep's key column to fit, f32 by default; H200 run 323's sweep,
+docs/results/raw/2026-11-29-h200-run323-topk-sweep.csv, holds f32, bf16 and f64: SampleSelect's
 constants come from it.)
 
 The sweep is `GPU_SELECT_BENCH_SECTIONS=topk-sweep cargo xtask bench` (uniform f32, largest
