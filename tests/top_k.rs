@@ -340,6 +340,24 @@ fn sample_select_brackets_a_small_k() {
             }
         }
     }
+    // 16-bit keys: a tile of 256 is read as one vector a lane to rule it out, and again key by
+    // key when it keeps keys (their order is input order; ties of bf16 keys everywhere).
+    for (d, distribution) in [Distribution::Uniform, Distribution::FewDistinct(1024)].into_iter().enumerate()
+    {
+        let data = generate::<half::bf16>(n, distribution, 51 + d as u64);
+        for order in [Order::Smallest, Order::Largest] {
+            for (p, policy) in
+                [default, gpu_select::SampleSelectPolicy { sample_size: 16, ..default }].iter().enumerate()
+            {
+                for k in [1, 77, n / 1024, n / 64] {
+                    let options =
+                        TopKOptions::new(order).with_algorithm(Algorithm::SampleSelect).with_policy(*policy);
+                    let context = format!("bf16 {distribution:?} {order:?} policy {p} k={k}");
+                    check(&gpu, &data, k, options.with_sorted(false), &format!("{context} unsorted"));
+                }
+            }
+        }
+    }
     // Every key has the largest rank (i32::MIN, largest first): the bound is MAX itself.
     let lowest = vec![i32::MIN; n];
     let options = TopKOptions::new(Order::Largest).with_algorithm(Algorithm::SampleSelect);

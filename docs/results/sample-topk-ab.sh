@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # SampleSelect top-k, old build against new, on the GPU machine: the GPU tests of its
-# bracket (test binary .gpu-run/test-top_k.xz; the bracket test over BRACKET_KEYS keys),
+# bracket (test binary .gpu-run/test-top_k.xz; the bracket test over BRACKET_KEYS keys; TESTS
+# names the tests),
 # the top-k sweep narrowed to `sample,auto` (f32 and bf16, sizes SIZES) for each bench
 # binary of SIDES (.gpu-run/bench-SIDE.xz) in ROUNDS alternating rounds, and ncu's
 # duration of each SampleSelect kernel of the first call at 2^28 (f32 and bf16). Results
@@ -15,7 +16,7 @@ sides=(${SIDES:-base new})
 if [ -f .gpu-run/test-top_k.xz ]; then
   unpack test-top_k
   GPU_SELECT_BRACKET_TEST_KEYS=${BRACKET_KEYS:-1000000} timeout ${TEST_TIMEOUT:-300} /tmp/test-top_k --test-threads 1 \
-    sample_select_brackets_a_small_k sample_select_bracket_offsets radix_and_sample_select_take_any_k algorithms_agree top_k_f32 top_k_bf16 \
+    ${TESTS:-sample_select_brackets_a_small_k sample_select_bracket_offsets radix_and_sample_select_take_any_k algorithms_agree top_k_f32 top_k_bf16} \
     > "$R/tests.log" 2>&1
   echo "tests rc $? ($(( $(date +%s) - start )) s)"; tail -3 "$R/tests.log"
 fi
