@@ -79,8 +79,8 @@ const RADIX: Line = Line { fixed_ms: 0.0731, per_input_ns: 9.41e-3, reads: 3.0 }
 /// 315's kernels (run 170): the new pass reads at about the floor on the H200 (252 µs
 /// against 249, run 322) but was not measured on an H100, where lower values would take
 /// SampleSelect over the bitonic top-k at 2^28 unmeasured. On the H200 the bound
-/// over-predicts 2^28 and 2^30 by about 19 %, which changes no choice there but 2^26 at
-/// `k ≥ 1000` (the bitonic top-k, 3 % slower).
+/// over-predicts 2^28 and 2^30 by about 19 %, which changes no choice at those sizes; at
+/// 2^26 and `k ≥ 1000` it keeps the bitonic top-k, 3 % slower than SampleSelect there.
 const SAMPLE_SELECT: Line = Line { fixed_ms: 0.15, per_input_ns: 0.97e-3, reads: 1.2 };
 /// SampleSelect's work per input for 16-bit keys (run 323, bf16 values in [0, 1), about
 /// 16 000 distinct ones: ties at the bound at every `k`): 1.76–1.83 ms at 2^30 from `k = 256`
