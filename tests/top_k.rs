@@ -340,8 +340,8 @@ fn sample_select_brackets_a_small_k() {
             }
         }
     }
-    // 16-bit keys: a tile of 256 is read as one vector a lane to rule it out, and again key by
-    // key when it keeps keys (their order is input order; ties of bf16 keys everywhere).
+    // 16-bit keys: few values, so the bound's ties lie in most warp tiles, which the pass's
+    // vote must send the long way (their count and the kept keys' input order).
     for (d, distribution) in [Distribution::Uniform, Distribution::FewDistinct(1024)].into_iter().enumerate()
     {
         let data = generate::<half::bf16>(n, distribution, 51 + d as u64);

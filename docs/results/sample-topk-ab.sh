@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
 # SampleSelect top-k, old build against new, on the GPU machine: the GPU tests of its
-# bracket (test binary .gpu-run/test-top_k.xz; the bracket test over BRACKET_KEYS keys; TESTS
-# names the tests),
-# the top-k sweep narrowed to `sample,auto` (f32 and bf16, sizes SIZES) for each bench
-# binary of SIDES (.gpu-run/bench-SIDE.xz) in ROUNDS alternating rounds, and ncu's
-# duration of each SampleSelect kernel of the first call at 2^28 (f32 and bf16). Results
-# under $OUT/r, also packed as $OUT/sample-topk-ab.tgz (the device returns few files).
+# bracket (test binary .gpu-run/test-top_k.xz, tests TESTS, the bracket test over
+# BRACKET_KEYS keys), the top-k sweep narrowed to `sample,auto` (keys KEYS, default f32 and
+# bf16; sizes SIZES) for each bench binary of SIDES (.gpu-run/bench-SIDE.xz) in ROUNDS
+# alternating rounds, and ncu's duration of each SampleSelect kernel of the first call at
+# 2^28 (f32 and bf16). Results under $OUT/r, also packed as $OUT/sample-topk-ab.tgz (the device returns few files).
 # Usage, from the repository root on the GPU machine:
 #   SIDES="base new" KEYS=f32,bf16,f64 docs/results/sample-topk-ab.sh
 set -uo pipefail
