@@ -1134,7 +1134,8 @@ fn time_one_row_top_k<K: SelectKey>(
 /// each beside the read floor of its bytes, `GPU_SELECT_BRACKET_ROUNDS` rounds (default 2);
 /// `GPU_SELECT_BRACKET_LOG_N` takes f32 at those sizes only, `GPU_SELECT_SAMPLE_BLOCKS_PER_SM`
 /// adds policies with other grids, `GPU_SELECT_BRACKET_SAMPLE` policies with other bracket
-/// samples at every size, `GPU_SELECT_RADIX_FINISH` with other radix finishes.
+/// samples at every size, `GPU_SELECT_RADIX_FINISH` with other radix finishes,
+/// `GPU_SELECT_SPREAD_SAMPLE_FROM` with samples drawn by many blocks from other sizes on.
 fn bracket_sweep(gpu: &Gpu) {
     fn one<K: SelectKey>(gpu: &Gpu, log_n: u32, convert: fn(f32) -> K, top_k: bool) {
         let n = 1usize << log_n;
@@ -1148,10 +1149,12 @@ fn bracket_sweep(gpu: &Gpu) {
         // Lists (comma-separated) that add the default policy with other values:
         // `GPU_SELECT_SAMPLE_BLOCKS_PER_SM` blocks per multiprocessor for the count and filter
         // passes, `GPU_SELECT_BRACKET_SAMPLE` brackets of that many sample keys at every size
-        // (`large_bracket_sample_from` 0), `GPU_SELECT_RADIX_FINISH` other radix finishes.
+        // (`large_bracket_sample_from` 0), `GPU_SELECT_RADIX_FINISH` other radix finishes,
+        // `GPU_SELECT_SPREAD_SAMPLE_FROM` other sizes from which many blocks draw the samples
+        // (4294967295: one block at every size measured).
         let mut policies = vec![(default, "default".to_string()), (levels_sample, "2048".to_string())];
         type WithValue = fn(SampleSelectPolicy, u32) -> SampleSelectPolicy;
-        let variants: [(&str, WithValue, &str); 3] = [
+        let variants: [(&str, WithValue, &str); 4] = [
             ("GPU_SELECT_SAMPLE_BLOCKS_PER_SM", |p, v| SampleSelectPolicy { blocks_per_sm: v, ..p }, "bps{}"),
             (
                 "GPU_SELECT_BRACKET_SAMPLE",
@@ -1159,6 +1162,11 @@ fn bracket_sweep(gpu: &Gpu) {
                 "{}-all",
             ),
             ("GPU_SELECT_RADIX_FINISH", |p, v| SampleSelectPolicy { radix_finish: v, ..p }, "rf{}"),
+            (
+                "GPU_SELECT_SPREAD_SAMPLE_FROM",
+                |p, v| SampleSelectPolicy { spread_sample_from: v as u64, ..p },
+                "spread{}",
+            ),
         ];
         for (variable, with, label) in variants {
             for value in env_numbers(variable) {

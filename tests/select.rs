@@ -236,6 +236,91 @@ fn bracket_gives_the_levels_answer() {
 }
 
 #[test]
+fn a_sample_drawn_by_many_blocks_is_the_one_block_draws() {
+    // From the policy's `spread_sample_from` keys on, the first level's sample is drawn by
+    // 32 blocks and the last of them to finish works on it: the same sample, so approximate
+    // selection (whose answer is a sample key) answers alike with as many passes, and
+    // top-k's unsorted output comes in the same order (its levels keep input order). Exact
+    // selection is checked against the oracle only: its later levels sample candidates
+    // that its gather left in no fixed order, so its levels may differ from run to run on a
+    // GPU. Brackets of both sizes, the plain first level, small samples (most blocks draw
+    // nothing), QuickSelect, and bucket select (whose equal widths draw nothing).
+    let gpu = common::gpu();
+    let n = if common::on_emulator(&gpu) { 40_000 } else { 4_000_000 };
+    let default = SampleSelectPolicy::for_device(gpu.limits());
+    let one_block =
+        |policy: SampleSelectPolicy| SampleSelectPolicy { spread_sample_from: u64::MAX, ..policy };
+    let spread = |policy: SampleSelectPolicy| SampleSelectPolicy { spread_sample_from: 0, ..policy };
+    let small_sample = SampleSelectPolicy { sample_size: 20, ..default };
+    let selections = [
+        (SelectAlgorithm::SampleSelect, default),
+        (SelectAlgorithm::SampleSelect, SampleSelectPolicy { bracket: false, ..default }),
+        (SelectAlgorithm::SampleSelect, SampleSelectPolicy { large_bracket_sample_from: 0, ..default }),
+        (SelectAlgorithm::SampleSelect, small_sample),
+        (SelectAlgorithm::QuickSelect, SampleSelectPolicy::quick_select()),
+        (SelectAlgorithm::Approximate { buckets: 256 }, default),
+        (SelectAlgorithm::Approximate { buckets: 16 }, default),
+        (SelectAlgorithm::Approximate { buckets: 64 }, small_sample),
+    ];
+    let top_ks = [
+        (Algorithm::SampleSelect, 1, default),
+        (Algorithm::SampleSelect, n / 1024, SampleSelectPolicy { large_bracket_sample_from: 0, ..default }),
+        (Algorithm::SampleSelect, n / 10, default),
+        (Algorithm::BucketSelect, n / 10, default),
+    ];
+    for (d, distribution) in [Distribution::Uniform, Distribution::FewDistinct(16), Distribution::Ascending]
+        .into_iter()
+        .enumerate()
+    {
+        let data = generate::<f32>(n, distribution, 61 + d as u64);
+        let device_data = gpu.upload(&data).unwrap();
+        for order in [Order::Smallest, Order::Largest] {
+            let sorted = reference::sort_pairs(&data, order);
+            for (algorithm, policy) in selections {
+                for k in [0, n / 100, n / 2, n - 1] {
+                    let context = format!("{distribution:?} {order:?} {algorithm:?} {policy:?} k={k}");
+                    let run = |policy| {
+                        let options = SelectOptions::new(order).with_algorithm(algorithm).with_policy(policy);
+                        gpu.select(&device_data, k, &options).unwrap_or_else(|e| panic!("{context}: {e}"))
+                    };
+                    let (alone, spread) = (run(one_block(policy)), run(spread(policy)));
+                    if matches!(algorithm, SelectAlgorithm::Approximate { .. }) {
+                        assert_eq!(
+                            (spread.value.to_ordered(), spread.rank, spread.passes),
+                            (alone.value.to_ordered(), alone.rank, alone.passes),
+                            "{context}"
+                        );
+                    }
+                    assert_eq!(spread.value.to_ordered(), oracle(&sorted, spread.rank as usize), "{context}");
+                    assert_eq!(alone.value.to_ordered(), oracle(&sorted, alone.rank as usize), "{context}");
+                }
+            }
+            for (algorithm, k, policy) in top_ks {
+                let run = |policy| {
+                    let options = TopKOptions::new(order)
+                        .with_algorithm(algorithm)
+                        .with_policy(policy)
+                        .with_sorted(false);
+                    let top = gpu.top_k(&device_data, k, &options).unwrap();
+                    (gpu.download(&top.values).unwrap(), gpu.download(&top.indices).unwrap())
+                };
+                let ((alone_keys, alone_indices), (keys, indices)) =
+                    (run(one_block(policy)), run(spread(policy)));
+                let context = format!("{distribution:?} {order:?} top-k {algorithm:?} k={k}");
+                assert_eq!(indices, alone_indices, "{context}");
+                let bits = |keys: &[f32]| keys.iter().map(|key| key.to_ordered()).collect::<Vec<_>>();
+                assert_eq!(bits(&keys), bits(&alone_keys), "{context}");
+                let mut wanted = sorted[..k].iter().map(|&(_, index)| index).collect::<Vec<_>>();
+                let mut got = indices;
+                wanted.sort_unstable();
+                got.sort_unstable();
+                assert_eq!(got, wanted, "{context}: the top k's indices");
+            }
+        }
+    }
+}
+
+#[test]
 fn the_largest_bracket_sample_selects_every_key_type() {
     // The bracket's sample of 8192 keys (eight a thread of the sample kernel, a kernel of
     // its own per key type; and 3001, most threads' last keys padding) for 64-, 32- and 16-bit keys,

@@ -78,6 +78,12 @@ const SAMPLE_KEYS_PER_THREAD: usize = (MAX_BLOCK_SORT_LEN / SAMPLE_SORT_THREADS)
 pub const BRACKET_SAMPLE: u32 = 4 * MAX_SAMPLE;
 /// Sample keys each thread of the sample kernel holds at a bracket's level.
 const BRACKET_KEYS_PER_THREAD: usize = (BRACKET_SAMPLE / SAMPLE_SORT_THREADS) as usize;
+/// Blocks that draw a sample together when the host launches the sample kernel with more
+/// than one ([`SampleParams::draws`]): each reads its share of the sample's random
+/// positions into a buffer (256 keys a block for [`BRACKET_SAMPLE`]) and the last block to
+/// finish works on the sample from there. One block alone keeps only so many random reads
+/// in flight: the bracket's 8192 took it about 20 µs from an H200's memory.
+pub const SAMPLE_DRAW_BLOCKS: u32 = 32;
 /// The most buckets of approximate selection (which keeps no oracles).
 pub const MAX_BUCKETS: usize = 1 << MAX_BUCKET_BITS;
 /// The most bucket bits of approximate selection.
@@ -128,6 +134,9 @@ pub mod action {
     /// The target bucket does not fit a candidate buffer: the next level samples the same
     /// candidates again.
     pub const RETRY: u32 = 3;
+    /// Top-k's base case: the sample kernel sent the level's outputs itself and ended the
+    /// run; the level's other kernels return at once.
+    pub const EMITTED: u32 = 4;
 }
 
 /// Bits of [`SampleParams::flags`].
@@ -298,6 +307,12 @@ pub struct SampleParams<K> {
     pub runs: GlobalPtr<KeptRun>,
     /// Runs `runs` holds.
     pub run_capacity: u64,
+    /// A sample drawn by several blocks ([`SAMPLE_DRAW_BLOCKS`]): the keys at its positions,
+    /// [`BRACKET_SAMPLE`] of them (null when the sample kernel runs as one block).
+    pub draws: GlobalPtr<K>,
+    /// The blocks of a sample launch that have drawn their share: cleared before the first
+    /// launch, and again by each launch's last block.
+    pub draws_done: GlobalPtr<u64>,
     /// Blocks of the count and filter launches (at most [`MAX_SAMPLE_BLOCKS`]).
     pub blocks: u32,
     /// The level this launch works on.
@@ -386,6 +401,8 @@ pub struct SampleSortLayout<B> {
     pub sorted: SharedRegion<B>,
     /// A bracket's selection of its two keys, and the radix finish's of its one.
     pub places: TwoPlacesLayout,
+    /// Per-warp sums of top-k's base case, which places its outputs in input order.
+    pub warp_sums: SharedRegion<u64>,
     /// Bytes to ask for at launch.
     pub bytes: usize,
 }
@@ -395,8 +412,9 @@ impl<B> SampleSortLayout<B> {
     pub const fn new() -> Self {
         let (layout, sort) = BlockSortLayout::keys_after(SharedLayout::new(), BRACKET_SAMPLE);
         let (layout, places) = TwoPlacesLayout::after(layout);
+        let (layout, warp_sums) = layout.push::<u64>((SAMPLE_SORT_THREADS / device::WARP_SIZE) as usize);
         let sorted = sort.bits;
-        Self { sort, sorted, places, bytes: layout.bytes() }
+        Self { sort, sorted, places, warp_sums, bytes: layout.bytes() }
     }
 }
 
@@ -486,20 +504,26 @@ unsafe fn read_level<K: Key>(params: &SampleParams<K>) -> SampleLevel {
 
 /// The `sample_select_sample_<key>` kernel: the level's splitters, or the base case.
 ///
+/// Launched with [`SAMPLE_DRAW_BLOCKS`] blocks (and [`SampleParams::draws`] set), a drawn
+/// sample's random reads are spread over them and the last block to finish does the rest;
+/// the base case, the radix finish and equal widths are block 0's alone.
+///
 /// # Safety
-/// One block of [`SAMPLE_SORT_THREADS`] threads, [`SampleSortLayout::bytes`] of shared
-/// memory; the previous level's choose kernel has run.
+/// One block, or [`SAMPLE_DRAW_BLOCKS`] with `draws` and `draws_done` set, of
+/// [`SAMPLE_SORT_THREADS`] threads and [`SampleSortLayout::bytes`] of shared memory; the
+/// previous level's choose kernel has run.
 // Inlined into its entry: called, it took its parameters through a stack frame.
 #[inline(always)]
 pub unsafe fn sample<K: Key>(params: SampleParams<K>) {
     let level_index = params.level;
     let mut level = unsafe { read_level(&params) };
     let thread = device::thread_idx_x() as usize;
+    let block = device::block_idx_x();
     if level_index == 0 && params.has(flags::EQUAL_WIDTH) {
         level.low = !unsafe { params.range.read(0) };
         level.high = unsafe { params.range.read(1) };
     }
-    if level_index == 0 && thread == 0 {
+    if level_index == 0 && thread == 0 && block == 0 {
         unsafe { params.levels.write(0, level) };
     }
     if level.source == source::NONE {
@@ -507,8 +531,12 @@ pub unsafe fn sample<K: Key>(params: SampleParams<K>) {
     }
     // The base case: all candidates fit one sort, and the sample is all of them.
     let base = params.candidates(&level) <= MAX_SAMPLE as u64;
+    // Only a sample drawn at random positions is spread over the blocks.
+    let spread = device::grid_dim_x() > 1 && !base;
     if params.has(flags::EQUAL_WIDTH) && !base {
-        unsafe { equal_width_splitters(&params, level) };
+        if block == 0 {
+            unsafe { equal_width_splitters(&params, level) };
+        }
         return;
     }
     // Only now: picking the keys' pointer before that branch gave the kernel a stack frame.
@@ -516,6 +544,9 @@ pub unsafe fn sample<K: Key>(params: SampleParams<K>) {
     let (keys, _, len) = params.storage(&level);
     let layout = SampleSortLayout::<K::Bits>::new();
     if flags::radix_finishes(params.flags, level_index, len, params.radix_finish) {
+        if block != 0 {
+            return;
+        }
         // Few enough candidates that one block reads them all a few times (from L2, where
         // the last filter left them) sooner than a level's four launches and the next; and
         // sooner than the base case's sort. The digits they share (the level's bucket is
@@ -530,12 +561,39 @@ pub unsafe fn sample<K: Key>(params: SampleParams<K>) {
         }
         return;
     }
+    if !spread && block != 0 {
+        return;
+    }
     let count = if base { len as u32 } else { params.sample_size };
+    if spread {
+        // This block's share of the positions, one key a thread, to `draws`; the last block
+        // to finish goes on with all of them, read from there in slot order (the same sample
+        // as one block draws).
+        let share = count.div_ceil(device::grid_dim_x());
+        let slot = block * share + thread as u32;
+        if (thread as u32) < share && slot < count {
+            let key =
+                unsafe { keys.read(sample_position(params.seed, level_index, level.attempt, slot, len)) };
+            unsafe { params.draws.write(slot as u64, key) };
+        }
+        if !unsafe { last_block_to_finish(params.draws_done.as_ptr()) } {
+            return;
+        }
+        if thread == 0 {
+            // For the next launch (stream order makes it seen): every block has counted.
+            unsafe { params.draws_done.write(0, 0) };
+        }
+    }
+    let keys = if spread { params.draws } else { keys };
     let sorted = unsafe { layout.sorted.bind() };
     let splitter_count = (1usize << params.bucket_bits) - 1;
     // The keys at `at(slot)` for the sample's `count` slots.
     let at = |slot: u32| {
-        if base { slot as u64 } else { sample_position(params.seed, level_index, level.attempt, slot, len) }
+        if base || spread {
+            slot as u64
+        } else {
+            sample_position(params.seed, level_index, level.attempt, slot, len)
+        }
     };
     if params.has(flags::BRACKET) && !base {
         // Two keys of the sample, selected where they lie: no sort.
@@ -571,6 +629,13 @@ pub unsafe fn sample<K: Key>(params: SampleParams<K>) {
             }
             return;
         }
+        if emit {
+            // Top-k ends here too: the outputs are the candidates below the answer and the
+            // answer's first ties, in input order, sent from here rather than through the
+            // level's count, choose and filter (about 18 µs of launches on an H200).
+            unsafe { emit_base_case(&params, level_index, &level, answer, &layout) };
+            return;
+        }
     }
     let mut thread_splitter = thread;
     while thread_splitter < splitter_count {
@@ -599,6 +664,89 @@ pub unsafe fn sample<K: Key>(params: SampleParams<K>) {
             params.splitters.write((2 * MAX_BUCKETS + thread) as u64, sampled as u64);
         }
         thread_splitter += SAMPLE_SORT_THREADS as usize;
+    }
+}
+
+/// Top-k's base case at level `level_index`: of the level's candidates (at most
+/// [`MAX_SAMPLE`], in input order), sends those whose rank bits are below `answer` (the
+/// `k_left`-th smallest) and then `answer`'s first ties to the output after the `written`
+/// ones — in input order, the places the count, choose and filter would give them — and
+/// ends the run (`EMITTED`).
+///
+/// # Safety
+/// *Block-wide*, [`SAMPLE_SORT_THREADS`] threads; the level's candidates number at most
+/// `2 · SAMPLE_SORT_THREADS`; `answer` is the rank bits of their `k_left`-th smallest.
+#[inline(always)]
+unsafe fn emit_base_case<K: Key>(
+    params: &SampleParams<K>,
+    level_index: u32,
+    level: &SampleLevel,
+    answer: K::Bits,
+    layout: &SampleSortLayout<K::Bits>,
+) {
+    const PER_THREAD: usize = (MAX_SAMPLE / SAMPLE_SORT_THREADS) as usize;
+    let warp_sums = unsafe { layout.warp_sums.bind() };
+    let flip = params.flip();
+    let (keys, indices, len) = params.storage(level);
+    let first = device::thread_idx_x() as u64 * PER_THREAD as u64;
+    // The thread's run of candidates; 0 past the end (neither better nor a tie).
+    let mut candidates = [K::default(); PER_THREAD];
+    let (mut better, mut ties) = ([false; PER_THREAD], [false; PER_THREAD]);
+    let mut counts = 0u64;
+    for j in 0..PER_THREAD {
+        let at = first + j as u64;
+        if at < len {
+            candidates[j] = unsafe { keys.read(at) };
+            let bits = candidates[j].to_ordered().xor(flip);
+            better[j] = bits < answer;
+            ties[j] = bits == answer;
+            // Better candidates in the high half, ties in the low: at most 2048 of each.
+            counts += (better[j] as u64) << 32 | ties[j] as u64;
+        }
+    }
+    let before = unsafe { crate::block::scan::exclusive_scan_add_u64(counts, &warp_sums) };
+    if device::thread_idx_x() == SAMPLE_SORT_THREADS - 1 {
+        unsafe { warp_sums.store(0, before + counts) };
+    }
+    unsafe { device::sync_threads() };
+    let totals = unsafe { warp_sums.load(0) };
+    let (better_total, tie_total) = (totals >> 32, totals & u32::MAX as u64);
+    let ties_taken = level.k_left - better_total;
+    let (mut better_rank, mut tie_rank) = (before >> 32, before & u32::MAX as u64);
+    for j in 0..PER_THREAD {
+        let at = first + j as u64;
+        let index = if indices.is_null() {
+            at
+        } else if at < len {
+            unsafe { indices.read(at) }
+        } else {
+            0
+        };
+        if better[j] {
+            unsafe { emit_output(params, level.written + better_rank, candidates[j], index) };
+            better_rank += 1;
+        } else if ties[j] {
+            if tie_rank < ties_taken {
+                unsafe { emit_output(params, level.written + better_total + tie_rank, candidates[j], index) };
+            }
+            tie_rank += 1;
+        }
+    }
+    if device::thread_idx_x() == 0 {
+        let decision = SampleDecision {
+            action: action::EMITTED,
+            target: 0,
+            better: better_total,
+            target_len: tie_total,
+            ties_taken,
+        };
+        let outcome =
+            SampleOutcome { done: 1, levels: level_index + 1, value: answer.to_u64(), rank: params.k - 1 };
+        unsafe {
+            params.outcome.write(0, outcome);
+            let slot = params.levels.as_ptr().add(level_index as usize);
+            core::ptr::addr_of_mut!((*slot).decision).write(decision);
+        }
     }
 }
 
