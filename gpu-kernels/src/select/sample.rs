@@ -12,8 +12,8 @@
 //!    (`s + 1`), so the bucket `[s, s + 1)` holds the one value `s`: an *equality bucket*. A
 //!    level whose target is such a bucket ends the selection, which is what makes duplicates
 //!    cheap. When the candidates fit one sort (2048), the sample *is* the candidates: the
-//!    block sort is the base case. Selection reads its answer there; top-k makes the exact
-//!    splitters `[v, v + 1, …]` around the answer `v`, so that the next steps emit the top `k`.
+//!    block sort is the base case. Selection reads its answer there, and top-k sends the top
+//!    `k_left` from there (`EMITTED`); approximate selection makes splitters `[v, v + 1, …]`.
 //!    QuickSelect (`SINGLE_PIVOT`) takes the sample's median `p` and the splitters
 //!    `[p, p + 1, p + 1]`: a three-way partition.
 //! 2. **count** (`sample_select_count_<key>`): each input walks the splitters stored as an
