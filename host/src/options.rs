@@ -269,10 +269,10 @@ pub struct SampleSelectPolicy {
     /// [`SAMPLE_DRAW_BLOCKS`](gpu_select_kernels::select::sample::SAMPLE_DRAW_BLOCKS) blocks
     /// (their random reads from device memory spread over as many multiprocessors), and the
     /// last of them to finish selects or sorts it. The sample is the same either way. From
-    /// 2^27 by default, where the bracket samples 8192 keys (H200 run 329, f32: medians and
-    /// top-k of 1024 and 262 144 at 2^27 and 2^28 −0.8 … −2.9 %, the bracket's sample 28 →
-    /// 23 µs); a sample of 2048 measured within the noise either way (±3 % at 2^24 and 2^26).
-    /// `u64::MAX`: one block always.
+    /// 2^27 by default, where the bracket samples 8192 keys (H200 run 329, f32: medians, n/10
+    /// and top-k of 1024 and 262 144 at 2^27 and 2^28 −0.6 … −2.9 %, the bracket's sample 28
+    /// → 23 µs); samples of 2048 measured within the noise either way (−1.8 … +3.3 % at 2^24
+    /// and 2^26). `u64::MAX`: one block always.
     pub spread_sample_from: u64,
 }
 
