@@ -20,19 +20,20 @@ here=$(dirname "$0")
 source "$here/gpu-lib.sh"
 out=${OUT:-/tmp}
 start=$(date +%s)
+# The selection tests of the sample kernel's paths (both parts run them).
+select_tests() {
+  unpack test-select
+  timeout 200 /tmp/test-select --test-threads 2 a_sample_drawn bracket_gives approximate_selection_reports \
+    window_count every_policy select_f32 > "$out/tests-select.log" 2>&1
+  echo "test-select rc $? ($(( $(date +%s) - start )) s)"; grep -E "^test |test result" "$out/tests-select.log"
+}
 case "${1:-1}" in
   1)
-    unpack test-select
-    timeout 200 /tmp/test-select --test-threads 2 a_sample_drawn bracket_gives approximate_selection_reports \
-      window_count every_policy select_f32 > "$out/tests-select.log" 2>&1
-    echo "test-select rc $? ($(( $(date +%s) - start )) s)"; grep -E "^test |test result" "$out/tests-select.log"
+    select_tests
     SIDES="base new" KEYS=f32,bf16,f64 "$here/sample-topk-ab.sh"
     ;;
   2)
-    unpack test-select
-    timeout 200 /tmp/test-select --test-threads 2 a_sample_drawn bracket_gives approximate_selection_reports \
-      window_count every_policy select_f32 > "$out/tests-select.log" 2>&1
-    echo "test-select rc $? ($(( $(date +%s) - start )) s)"; grep -E "^test |test result" "$out/tests-select.log"
+    select_tests
     unpack test-top_k
     GPU_SELECT_BRACKET_TEST_KEYS=500000 timeout 200 /tmp/test-top_k --test-threads 2 sample_select_brackets_a_small_k \
       sample_select_bracket_offsets radix_and_sample_select_take_any_k algorithms_agree top_k_f32 > "$out/tests-top_k.log" 2>&1

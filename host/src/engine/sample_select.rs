@@ -130,6 +130,12 @@ impl SamplePlan {
         if large { self.policy.large_bracket_sample } else { self.policy.sample_size }
     }
 
+    /// Whether the first level's sample is drawn by [`SAMPLE_DRAW_BLOCKS`] blocks (its
+    /// workspace then holds the draws and their counter).
+    fn spreads_sample(&self) -> bool {
+        self.sample_blocks > 1
+    }
+
     /// The policy it runs with.
     pub(crate) fn policy(&self) -> SampleSelectPolicy {
         self.policy
@@ -238,7 +244,7 @@ impl SampleWorkspace {
         // Top-k's bracket's counters, or the window pass's finished blocks.
         let counters = plan.run_capacity != 0 || plan.flags & flags::APPROXIMATE != 0;
         let kept = carver.region(if counters { 16 } else { 0 });
-        let spread = plan.sample_blocks > 1;
+        let spread = plan.spreads_sample();
         let draws_done = carver.region(if spread { 8 } else { 0 });
         let cleared = carver.bytes() - start;
         let splitters = carver.region(SPLITTER_SLOTS * 8);
@@ -440,7 +446,7 @@ impl Gpu {
             kept: at(workspace_base, layout.kept),
             runs: at(workspace_base, layout.runs),
             run_capacity: plan.run_capacity,
-            draws: if plan.sample_blocks > 1 { at(workspace_base, layout.draws) } else { GlobalPtr::null() },
+            draws: if plan.spreads_sample() { at(workspace_base, layout.draws) } else { GlobalPtr::null() },
             draws_done: at(workspace_base, layout.draws_done),
             blocks: plan.blocks,
             level: 0,
