@@ -617,6 +617,10 @@ fn bench_knn(gpu: &Gpu, cases: &mut Vec<Case>) {
     let two_streams = gpu.with_tuning(Tuning { knn_streams: 2, ..*gpu.tuning() });
     let index_two =
         two_streams.flat_index(Vectors::new(&base, base_count, dim).unwrap(), Metric::L2).unwrap();
+    // Every distance tile written and selected from (Tuning::knn_filter off), beside the
+    // filtered search.
+    let tiles = gpu.with_tuning(Tuning { knn_filter: false, ..*gpu.tuning() });
+    let index_tiles = tiles.flat_index(Vectors::new(&base, base_count, dim).unwrap(), Metric::L2).unwrap();
     let knn_case = |name: String, elements: usize, bytes: usize, ms: f64| Case {
         group: "knn",
         name,
@@ -628,20 +632,39 @@ fn bench_knn(gpu: &Gpu, cases: &mut Vec<Case>) {
     };
     let runs = [
         (1, query_count, ""),
+        (1, query_count, " tiles"),
         (10, query_count, ""),
+        (10, query_count, " tiles"),
         (100, query_count, ""),
+        (100, query_count, " tiles"),
         (100, query_count, " two streams"),
     ];
-    let runs = runs.into_iter().chain([(1000, query_count, ""), (10_000, 1000, "")]);
+    let runs =
+        runs.into_iter().chain([(1000, query_count, ""), (1000, query_count, " tiles"), (10_000, 1000, "")]);
     for (k, count, label) in runs {
         let part = queries.slice(..count * dim);
-        let index = if label.is_empty() { &index } else { &index_two };
+        let index = match label {
+            "" => &index,
+            " tiles" => &index_tiles,
+            _ => &index_two,
+        };
+        let filters = index.plan_search(count, k).unwrap().filters();
+        let searched_again = if filters {
+            knn_unproven(index, &Vectors::new(&part, count, dim).unwrap(), k).unwrap()
+        } else {
+            0
+        };
         let ms = median_of_long_calls(
             gpu,
             Box::new(|| index.search(Vectors::new(&part, count, dim)?, k).map(|_| ())),
         );
         let name = format!("L2 {count} queries x 1e6 x 128 k={k}{label}");
-        println!("knn: {name}: {ms:.3} ms");
+        let how = if filters {
+            format!("filtered, {searched_again} queries searched again")
+        } else {
+            "tiles".into()
+        };
+        println!("knn: {name}: {ms:.3} ms ({how})");
         cases.push(knn_case(name, count * base_count, base.bytes(), ms));
     }
     // The tensor cores: TF32 or split-TF32 tiles, each query's candidates re-ranked in f32

@@ -9,7 +9,7 @@ mod common;
 use common::{gpu, on_emulator, several_handles};
 use gpu_select::{
     DeviceBuffer, Error, FlatIndex, Gpu, KnnPrecision, Metric, MultiGpuIndex, Neighbours, Placement, TopK,
-    TopKOut, Tuning, VectorComponent, Vectors,
+    TopKOut, Tuning, VectorComponent, Vectors, diagnostics,
 };
 use gpu_select_kernels::knn::{Bf16Bits, Component, F16Bits};
 use half::{bf16, f16};
@@ -887,4 +887,51 @@ fn a_streamed_plan_runs_again_into_the_callers_memory() {
     assert!(matches!(refused, Err(Error::InvalidArgument { .. })), "{refused:?}");
     assert!(matches!(index.plan_search(0, k), Err(Error::EmptyInput)));
     assert!(matches!(index.plan_search(3, base_count + 1), Err(Error::KOutOfRange { .. })));
+}
+
+/// The filtered search (`Tuning::knn_filter`: a probe's bound per query, only the pairs
+/// within it kept by the product) gives the unfiltered search's bits: clustered vectors with
+/// exact duplicates (ties at the `k`-th distance, kept by lower index), queries among the base
+/// and new ones, every metric. Where the pairs within a bound overflow their row (a base of
+/// a few repeated vectors: thousands of equal distances), those queries are searched again
+/// unfiltered, with the same result.
+#[test]
+fn the_filtered_search_equals_the_tiles_bit_for_bit() {
+    let gpu = gpu();
+    let tiles = gpu.with_tuning(Tuning { knn_filter: false, ..*gpu.tuning() });
+    let mut rng = StdRng::seed_from_u64(41);
+    let (queries_count, base_count, dim) = if on_emulator(&gpu) { (40, 5000, 7) } else { (300, 40_000, 24) };
+    let base = clustered_vectors(&mut rng, base_count, dim, 12);
+    let mut queries = base[..queries_count / 2 * dim].to_vec();
+    queries.extend(clustered_vectors(&mut rng, queries_count - queries_count / 2, dim, 12));
+    let repeated: Vec<f32> =
+        (0..base_count).flat_map(|i| base[(i % 3) * dim..(i % 3 + 1) * dim].to_vec()).collect();
+    let (q, b, r) =
+        (gpu.upload(&queries).unwrap(), gpu.upload(&base).unwrap(), gpu.upload(&repeated).unwrap());
+    let query_set = || Vectors::new(&q, queries_count, dim).unwrap();
+    for metric in [Metric::L2, Metric::InnerProduct, Metric::Cosine] {
+        for k in [1, 5, 10, 64] {
+            for (data, overflows) in [(&b, false), (&r, true)] {
+                let vectors = || Vectors::new(data, base_count, dim).unwrap();
+                let (filtered, plain) = (
+                    gpu.flat_index(vectors(), metric).unwrap(),
+                    tiles.flat_index(vectors(), metric).unwrap(),
+                );
+                assert!(filtered.plan_search(queries_count, k).unwrap().filters(), "{metric:?} k={k}");
+                assert!(!plain.plan_search(queries_count, k).unwrap().filters());
+                let again = diagnostics::knn_unproven(&filtered, &query_set(), k).unwrap();
+                let expected = if overflows { queries_count } else { 0 };
+                assert_eq!(again, expected, "{metric:?} k={k} repeated {overflows}: queries searched again");
+                let found = download(&gpu, &filtered.search(query_set(), k).unwrap());
+                let whole = download(&gpu, &plain.search(query_set(), k).unwrap());
+                let what = format!("{metric:?} k={k} repeated {overflows}");
+                assert_eq!(found.1, whole.1, "{what}: indices");
+                let bits = |d: &[f32]| d.iter().map(|d| d.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&found.0), bits(&whole.0), "{what}: distances");
+                if k == 10 && !overflows {
+                    check(&queries, &base, dim, k, metric, false, (&found.0, &found.1));
+                }
+            }
+        }
+    }
 }

@@ -86,6 +86,9 @@ fn every_table_kernel_is_exported_with_the_host_parameter_size() {
                 _ if name.starts_with("knn_distance_tile_") => {
                     size_of::<gpu_select_kernels::knn::tile::DistanceTileParams<f32>>()
                 }
+                _ if name.starts_with("knn_distance_filter_") => {
+                    size_of::<gpu_select_kernels::knn::tile::DistanceFilterParams<f32>>()
+                }
                 _ if name.starts_with("knn_rerank_") => {
                     size_of::<gpu_select_kernels::knn::tensor::RerankParams<f32>>()
                 }
@@ -106,7 +109,9 @@ fn kernels_carry_their_launch_bounds() {
     // SBP partition asks for as many blocks per multiprocessor as fit without spilling
     // (xtask's LAUNCH_BOUNDS): four with 32-bit keys, three with 16-bit keys and 64-bit
     // integers, and `f64` only its block size; the radix select's filter with 32- and 16-bit
-    // keys the two blocks its host plan launches per multiprocessor (64-bit keys: none).
+    // keys the two blocks its host plan launches per multiprocessor (64-bit keys: none); the
+    // k-NN filtered product the two blocks of the plain distance tile.
+    use gpu_select_kernels::knn::tile::DISTANCE_THREADS;
     use gpu_select_kernels::select::sample::SAMPLE_SORT_THREADS;
     use gpu_select_kernels::topk::radix::RADIX_THREADS;
     use gpu_select_kernels::topk::sbp::{SBP_THREADS, TREE_THREADS};
@@ -131,6 +136,8 @@ fn kernels_carry_their_launch_bounds() {
             && !key.ends_with("64")
         {
             format!(".maxntid {RADIX_THREADS}, 1, 1\n.minnctapersm 2\n{{")
+        } else if name.starts_with("knn_distance_filter_") {
+            format!(".maxntid {DISTANCE_THREADS}, 1, 1\n.minnctapersm 2\n{{")
         } else {
             String::new()
         };
@@ -227,10 +234,13 @@ fn longest_run_of_loads(body: &str) -> usize {
 
 /// The kernels allowed to use local memory: batched top-k queues of more than 1024 keys
 /// (`q64`, 2048 pairs per warp: 192 registers per lane for 32-bit keys before any
-/// temporaries). Everything else, every queue of k ≤ 1024 for every key width included
-/// (64-bit keys at k = 1024: 216 registers on sm_80), must stay in registers.
+/// temporaries), and the k-NN filtered product, which keeps the plain distance tile's 128
+/// registers (two blocks a multiprocessor) and on sm_80 spills a word in its epilogue (4
+/// bytes stored and loaded; none on sm_90).
+/// Everything else, every queue of k ≤ 1024 for every key width included (64-bit keys at
+/// k = 1024: 216 registers on sm_80), must stay in registers.
 fn may_use_local_memory(kernel: &str) -> bool {
-    kernel.starts_with("top_k_rows_q64_")
+    kernel.starts_with("top_k_rows_q64_") || kernel.starts_with("knn_distance_filter_")
 }
 
 #[test]

@@ -17,7 +17,10 @@ use crate::knn::tensor::{
     RerankParams, distance_tile_tf32_bf16, distance_tile_tf32_f16, distance_tile_tf32_f32,
     distance_tile_tf32x3_f32, rerank_bf16, rerank_f16, rerank_f32,
 };
-use crate::knn::tile::{DistanceTileParams, distance_tile_bf16, distance_tile_f16, distance_tile_f32};
+use crate::knn::tile::{
+    DistanceFilterParams, DistanceTileParams, distance_filter_bf16, distance_filter_f16, distance_filter_f32,
+    distance_tile_bf16, distance_tile_f16, distance_tile_f32,
+};
 use crate::knn::{Bf16Bits, F16Bits};
 use crate::merge::{MergeParams, merge_runs};
 use crate::params::BlockSortParams;
@@ -284,6 +287,13 @@ crate::__kernel_table! {
         KNN_DISTANCE_TILE_F16 = knn_distance_tile_f16(DistanceTileParams<F16Bits>) => distance_tile_f16;
         /// k-NN: a tile of distances of bfloat16 vectors.
         KNN_DISTANCE_TILE_BF16 = knn_distance_tile_bf16(DistanceTileParams<Bf16Bits>) => distance_tile_bf16;
+        /// k-NN: the pairs of `f32` vectors within each query's bound, as candidates (the
+        /// tile's product, no tile written).
+        KNN_DISTANCE_FILTER_F32 = knn_distance_filter_f32(DistanceFilterParams<f32>) => distance_filter_f32;
+        /// k-NN: the pairs of binary16 vectors within each query's bound.
+        KNN_DISTANCE_FILTER_F16 = knn_distance_filter_f16(DistanceFilterParams<F16Bits>) => distance_filter_f16;
+        /// k-NN: the pairs of bfloat16 vectors within each query's bound.
+        KNN_DISTANCE_FILTER_BF16 = knn_distance_filter_bf16(DistanceFilterParams<Bf16Bits>) => distance_filter_bf16;
         /// k-NN: a tile of approximate distances of `f32` vectors on the tensor cores (TF32).
         KNN_DISTANCE_TILE_TF32_F32 = knn_distance_tile_tf32_f32(DistanceTileParams<f32>) => distance_tile_tf32_f32;
         /// k-NN: a tile of approximate distances of binary16 vectors on the tensor cores.

@@ -345,11 +345,17 @@ impl Gpu {
     /// Sets `bytes` bytes at a device address of this `Gpu` to zero (queued after earlier
     /// work). The caller guarantees the range lies inside a live buffer.
     pub(crate) fn clear_on_device(&self, address: u64, bytes: usize) -> Result<()> {
+        self.fill_on_device(address, bytes, 0)
+    }
+
+    /// Sets `bytes` bytes at a device address of this `Gpu` to `byte` (queued after earlier
+    /// work). The caller guarantees the range lies inside a live buffer.
+    pub(crate) fn fill_on_device(&self, address: u64, bytes: usize, byte: u8) -> Result<()> {
         self.raw_memory_op(
             bytes,
-            "clearing device memory",
-            |stream| unsafe { sys::cuMemsetD8Async(address, 0, bytes, stream) },
-            || unsafe { std::ptr::write_bytes(address as usize as *mut u8, 0, bytes) },
+            "setting device memory",
+            |stream| unsafe { sys::cuMemsetD8Async(address, byte, bytes, stream) },
+            || unsafe { std::ptr::write_bytes(address as usize as *mut u8, byte, bytes) },
         )
     }
 

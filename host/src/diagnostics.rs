@@ -111,10 +111,12 @@ pub fn knn_distances<T: VectorComponent>(
     index.queue_distances(queries, out)
 }
 
-/// How many of `queries` a TF32 search of `index` for their `k` nearest
-/// ([`KnnPrecision::Tf32Reranked`](crate::KnnPrecision::Tf32Reranked)) cannot prove from
-/// its candidates, and so searches again in `f32`; 0 for an `f32` index. Runs the search
-/// (without the second one) and waits for it.
+/// How many of `queries` a search of `index` for their `k` nearest searches again: with TF32
+/// ([`KnnPrecision::Tf32Reranked`](crate::KnnPrecision::Tf32Reranked)) those it cannot prove
+/// from its candidates (searched again in `f32`); a filtered `f32` search
+/// ([`SearchPlan::filters`](crate::SearchPlan::filters)) those whose pairs within their bound
+/// overflow their row (searched again unfiltered); else 0. Runs the search (without the
+/// second one) and waits for it.
 ///
 /// ```
 /// use gpu_select::{Gpu, KnnPrecision, Metric, Vectors, diagnostics};

@@ -52,9 +52,11 @@ pub const KERNELS_DIR: &str = "host/kernels";
 /// that some blocks load while others narrow. The radix select's filter with 32- and 16-bit
 /// keys keeps the two blocks of 256 threads per multiprocessor its host plan launches: its
 /// batched form's row pointers would take it to 144 registers and one block (64-bit keys
-/// took 147 and one block already, and spill at two). `tests/ptx_checks.rs` checks each
+/// took 147 and one block already, and spill at two). The k-NN filtered product keeps the two
+/// blocks of 256 threads per multiprocessor of the plain distance tile (128 registers), which
+/// its epilogue's appends took to 140 and one block in a first form. `tests/ptx_checks.rs` checks each
 /// entry's directives against the kernel crate's constants, and that no kernel spills.
-pub const LAUNCH_BOUNDS: [(&str, &str, u32, u32); 15] = [
+pub const LAUNCH_BOUNDS: [(&str, &str, u32, u32); 16] = [
     ("sample_select_sample", "", 1024, 0),
     ("sbp_tree", "", 1024, 0),
     ("sbp_partition", "f32", 256, 4),
@@ -70,6 +72,7 @@ pub const LAUNCH_BOUNDS: [(&str, &str, u32, u32); 15] = [
     ("radix_filter", "u32", 256, 2),
     ("radix_filter", "f16", 256, 2),
     ("radix_filter", "bf16", 256, 2),
+    ("knn_distance_filter", "", 256, 2),
 ];
 
 /// Whether the kernel `name` is of `family` (its name starts `family_`; the SBP partition's

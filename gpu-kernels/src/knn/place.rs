@@ -1,8 +1,11 @@
 //! Neighbours moved into place: a column tile's `k` best per query into that query's row
 //! of candidates, the final lists' signs restored for the similarity metrics, and for a
-//! k-NN graph each vector's own index dropped. A warp per row.
+//! k-NN graph each vector's own index dropped. A warp per row. The filtered search's
+//! neighbours come as candidates (`rank << 32 | index`, [`super::tile::FilterTarget`]) and
+//! are unpacked here.
 
 use crate::device::{self, FULL_WARP};
+use crate::key::Key;
 use crate::params::GlobalPtr;
 use crate::topk::bitonic::NO_INDEX;
 
@@ -42,6 +45,9 @@ pub struct PlaceParams {
     pub own_index_start: u64,
     /// Whether each distance's sign flips (the similarity metrics).
     pub negate: u32,
+    /// Null, or the entries as the filtered search's candidates (`rank << 32 | index`, the
+    /// rank of an `f32` distance), read instead of `values_in` and `indices_in`.
+    pub candidates_in: GlobalPtr<u64>,
 }
 
 /// The `knn_place` kernel (module docs).
@@ -57,6 +63,15 @@ pub unsafe fn place_neighbours(params: PlaceParams) {
     while row < params.rows {
         let row_in = row * params.width_in;
         let shifted = |index: u64| if index == NO_INDEX { NO_INDEX } else { index + params.index_offset };
+        // Entry `at` of the row: its distance and its index (before the offset).
+        let entry = |at: u64| unsafe {
+            if params.candidates_in.is_null() {
+                (params.values_in.read(row_in + at), params.indices_in.read(row_in + at))
+            } else {
+                let candidate = params.candidates_in.read(row_in + at);
+                (f32::from_ordered((candidate >> 32) as u32), candidate & u64::from(u32::MAX))
+            }
+        };
         // The entry this row drops, or `width_in` for none.
         let mut dropped = params.width_in;
         if params.own_index_start != KEEP_ALL {
@@ -65,8 +80,7 @@ pub unsafe fn place_neighbours(params: PlaceParams) {
             let mut chunk = 0;
             while chunk < params.width_in {
                 let at = chunk + lane;
-                let is_own =
-                    at < params.width_in && shifted(unsafe { params.indices_in.read(row_in + at) }) == own;
+                let is_own = at < params.width_in && shifted(entry(at).1) == own;
                 let found = unsafe { device::ballot(FULL_WARP, is_own) };
                 if found != 0 {
                     dropped = chunk + found.trailing_zeros() as u64;
@@ -81,8 +95,8 @@ pub unsafe fn place_neighbours(params: PlaceParams) {
             if at != dropped {
                 let to = if at > dropped { at - 1 } else { at };
                 if to < params.width_out {
-                    let value = unsafe { params.values_in.read(row_in + at) };
-                    let index = shifted(unsafe { params.indices_in.read(row_in + at) });
+                    let (value, index) = entry(at);
+                    let index = shifted(index);
                     unsafe {
                         params
                             .values_out

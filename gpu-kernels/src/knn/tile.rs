@@ -18,9 +18,17 @@
 //! query stage, broadcast; its sixteen values of `tx` read 256 contiguous bytes of the base
 //! stage, no bank conflict). Components past the dimension, and vectors past the tile's
 //! end, are read as zeros; distances are written only inside the tile.
+//!
+//! The filtered form ([`distance_filter`], `knn_distance_filter_<storage>`) runs the same
+//! product and writes no tile: its epilogue keeps a pair only when its distance ranks at or
+//! below its query's bound (a distance the search measured before, [`FilterTarget`]), as one
+//! 8-byte candidate (the distance's rank and the base index) appended to the query's row.
+//! The search's bound leaves a few thousand of a million pairs a query, so the distances
+//! are neither written nor read again.
 
 use super::{Bf16Bits, Component, F16Bits, Metric, tile_distance};
 use crate::device::{self, SharedLayout, SharedRegion};
+use crate::key::Key;
 use crate::params::GlobalPtr;
 
 /// Queries (and base vectors) per block.
@@ -33,6 +41,21 @@ pub const DISTANCE_THREADS: u32 = 256;
 const PATCH: usize = 8;
 /// Shared-memory stages (the one read and the one written during a step).
 const STAGES: usize = 2;
+
+/// Runs `$body` for `$i` = 0 to [`PATCH`] − 1, unrolled in the source (so that the patch's
+/// arrays are indexed by constants and stay in registers).
+macro_rules! unroll_patch {
+    ($i:ident => $body:block) => {
+        unroll_patch!(@each $i $body [0 1 2 3 4 5 6 7])
+    };
+    (@each $i:ident $body:block [$($n:literal)*]) => {{
+        const _: () = assert!(PATCH == [$($n),*].len());
+        $({
+            let $i: usize = $n;
+            $body
+        })*
+    }};
+}
 
 /// Four neighbouring values, one 16-byte access.
 #[repr(C, align(16))]
@@ -75,6 +98,69 @@ impl<S> Clone for DistanceTileParams<S> {
     }
 }
 impl<S> Copy for DistanceTileParams<S> {}
+
+/// Where the filtered form keeps its candidates (module docs).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct FilterTarget {
+    /// Each query's bound, a distance as the tiles hold it: a pair is kept when its
+    /// distance is at most the bound (a float compare: every pair whose rank,
+    /// [`Key::to_ordered`], is at most the bound's, and a zero beside the other zero; a NaN
+    /// bound keeps nothing).
+    pub bounds: GlobalPtr<f32>,
+    /// Each query's count of kept pairs, added to (it may pass `capacity`: the row is then
+    /// incomplete, and the host searches that query again).
+    pub counts: GlobalPtr<u32>,
+    /// `query_count` rows of `capacity` candidates, each `rank << 32 | base index`.
+    pub candidates: GlobalPtr<u64>,
+    /// Candidates a row holds.
+    pub capacity: u64,
+    /// Added to a column's place in the tile: the base index the candidate carries (the
+    /// whole base's indices fit 32 bits).
+    pub index_offset: u64,
+}
+
+impl FilterTarget {
+    /// No target: the plain tile's.
+    const NONE: Self = FilterTarget {
+        bounds: GlobalPtr::null(),
+        counts: GlobalPtr::null(),
+        candidates: GlobalPtr::null(),
+        capacity: 0,
+        index_offset: 0,
+    };
+
+    /// Appends the candidate of `rank` and base column `column` to row `query`.
+    ///
+    /// # Safety
+    /// `query` a row of the target.
+    #[inline(always)]
+    unsafe fn keep(&self, query: u64, rank: u32, column: u64) {
+        let slot = unsafe { device::global_atomic_add_u32(self.counts.offset(query).as_ptr(), 1) } as u64;
+        if slot < self.capacity {
+            let candidate = (rank as u64) << 32 | (self.index_offset + column);
+            unsafe { self.candidates.write(query * self.capacity + slot, candidate) };
+        }
+    }
+}
+
+/// Parameters of `knn_distance_filter_<storage>`: the tile's (its `out` and `out_stride`
+/// unused) and where the candidates go.
+#[repr(C)]
+#[derive(Debug)]
+pub struct DistanceFilterParams<S> {
+    /// The product, as the plain tile takes it.
+    pub tile: DistanceTileParams<S>,
+    /// The candidates' rows.
+    pub target: FilterTarget,
+}
+
+impl<S> Clone for DistanceFilterParams<S> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<S> Copy for DistanceFilterParams<S> {}
 
 /// The shared memory of the kernel: both tiles' stages, component-major.
 #[derive(Clone, Copy, Debug)]
@@ -153,11 +239,31 @@ unsafe fn load_quarter<S: Component>(
 /// # Safety
 /// [`DISTANCE_THREADS`] threads, [`DistanceLayout::bytes`] of shared memory, the grid of
 /// [`distance_grid`]; every vector, norm and distance named by the parameters in bounds.
+#[inline(always)]
+pub unsafe fn distance_tile<S: Component>(params: DistanceTileParams<S>) {
+    unsafe { product::<S, false>(params, FilterTarget::NONE) }
+}
+
+/// The `knn_distance_filter_<storage>` kernel (module docs): [`distance_tile`]'s product,
+/// each query's candidates kept in `params.target` instead of a tile written.
+///
+/// # Safety
+/// As [`distance_tile`] (with `params.tile.out` unused); `params.target`'s bounds and
+/// counts hold `query_count` values, its candidates `query_count · capacity`.
+#[inline(always)]
+pub unsafe fn distance_filter<S: Component>(params: DistanceFilterParams<S>) {
+    unsafe { product::<S, true>(params.tile, params.target) }
+}
+
+/// The product of both kernels; the epilogue writes the tile or, `FILTER`, keeps candidates.
+///
+/// # Safety
+/// As [`distance_tile`] or [`distance_filter`].
 // The patch's loops index registers by position (row i, column j) and compute the matrix
 // positions from the same i and j: plain ranges read best here.
 #[allow(clippy::needless_range_loop)]
 #[inline(always)]
-pub unsafe fn distance_tile<S: Component>(params: DistanceTileParams<S>) {
+unsafe fn product<S: Component, const FILTER: bool>(params: DistanceTileParams<S>, target: FilterTarget) {
     let metric = Metric::from_raw(params.metric);
     let thread = device::thread_idx_x() as usize;
     let (tx, ty) = (thread % 16, thread / 16);
@@ -238,6 +344,52 @@ pub unsafe fn distance_tile<S: Component>(params: DistanceTileParams<S>) {
             }
         }
     }
+    if FILTER {
+        // First each pair's distance and whether it is within its query's bound (as short as
+        // the written tile's epilogue: its code shares the instruction cache with the
+        // product's loop); then, in the few threads that keep a pair, the kept ones appended
+        // by a loop over their bits, each distance picked from the registers by constant
+        // indices. (With both phases unrolled the epilogue was 7 000 instructions and the
+        // kernel 15 % slower than the written tile, H200 run 337; with the loop reading a
+        // copy of the sums, the sums went to local memory and it took twice the time, run
+        // 338.) A float compare keeps every pair whose rank is within the bound's, and ±0
+        // beside the other zero: the selection orders the candidates by rank; a NaN bound
+        // keeps nothing, and the query is searched again.
+        let mut kept = 0u64;
+        unroll_patch!(i => {
+            let row = ((i / 4) * 64 + ty * 4 + i % 4) as u64;
+            if row < query_count {
+                let query = query_start + row;
+                let query_norm = if needs_norms { unsafe { params.query_norms.read(query) } } else { 0.0 };
+                let bound = unsafe { target.bounds.read(query) };
+                unroll_patch!(j => {
+                    if patch_column(j) < base_count {
+                        sums[i][j] = tile_distance(metric, sums[i][j], query_norm, base_norm[j]);
+                        if sums[i][j] <= bound {
+                            kept |= 1 << (i * PATCH + j);
+                        }
+                    }
+                });
+            }
+        });
+        while kept != 0 {
+            let bit = kept.trailing_zeros() as usize;
+            kept &= kept - 1;
+            let mut distance = 0.0f32;
+            unroll_patch!(i => {
+                unroll_patch!(j => {
+                    if bit == i * PATCH + j {
+                        distance = sums[i][j];
+                    }
+                });
+            });
+            let (i, j) = (bit / PATCH, bit % PATCH);
+            let row = ((i / 4) * 64 + ty * 4 + i % 4) as u64;
+            let column = base_start + patch_column(j);
+            unsafe { target.keep(query_start + row, distance.to_ordered(), column) };
+        }
+        return;
+    }
     let out = params.out.offset(base_start);
     // (The tensor-core tile writes its pairs the same way, spelled out there too: one store
     // helper for both made this kernel 24 % slower, H200 run 200.)
@@ -292,4 +444,37 @@ pub unsafe fn distance_tile_f16(params: DistanceTileParams<F16Bits>) {
 /// As [`distance_tile`].
 pub unsafe fn distance_tile_bf16(params: DistanceTileParams<Bf16Bits>) {
     unsafe { distance_tile(params) }
+}
+
+/// [`distance_filter`] of `f32` vectors.
+///
+/// # Safety
+/// As [`distance_filter`].
+// Inlined into its entry: left to LLVM, the unrolled epilogue made the body a call, with the
+// parameters copied to the stack.
+#[inline(always)]
+pub unsafe fn distance_filter_f32(params: DistanceFilterParams<f32>) {
+    unsafe { distance_filter(params) }
+}
+
+/// [`distance_filter`] of binary16 vectors.
+///
+/// # Safety
+/// As [`distance_filter`].
+// Inlined into its entry: left to LLVM, the unrolled epilogue made the body a call, with the
+// parameters copied to the stack.
+#[inline(always)]
+pub unsafe fn distance_filter_f16(params: DistanceFilterParams<F16Bits>) {
+    unsafe { distance_filter(params) }
+}
+
+/// [`distance_filter`] of bfloat16 vectors.
+///
+/// # Safety
+/// As [`distance_filter`].
+// Inlined into its entry: left to LLVM, the unrolled epilogue made the body a call, with the
+// parameters copied to the stack.
+#[inline(always)]
+pub unsafe fn distance_filter_bf16(params: DistanceFilterParams<Bf16Bits>) {
+    unsafe { distance_filter(params) }
 }

@@ -242,7 +242,11 @@ impl<'a, T: VectorComponent> FlatIndex<'a, T> {
 
     /// The `k` nearest base vectors of each query: `queries.count() · k` distances and
     /// base indices, query after query, nearest first (see [`FlatIndex`]). Queued on the
-    /// index's handle's stream; nothing waits.
+    /// index's handle's stream. A search that writes its distance tiles waits for nothing; a
+    /// filtered one ([`SearchPlan::filters`], the default where it pays) waits once at its
+    /// end for each query's count of candidates and searches the rare query whose
+    /// candidates overflowed again unfiltered, with memory of its own (the same results); a
+    /// TF32 search waits likewise for its proofs ([`FlatIndex::with_precision`]).
     ///
     /// Errors: [`Error::InvalidArgument`] for queries of another dimension, or on another
     /// device; [`Error::KOutOfRange`] unless `1 ≤ k ≤` the base's size.
@@ -280,14 +284,16 @@ impl<'a, T: VectorComponent> FlatIndex<'a, T> {
             return Err(Error::EmptyInput);
         }
         check_k_within(k, self.base.count)?;
-        let plan = self.gpu.plan_knn(queries, self.base.count, k, self.metric, false, self.precision)?;
+        let plan =
+            self.gpu.plan_knn(queries, self.base.count, k, self.metric, false, self.precision, true)?;
         Ok(SearchPlan { gpu: self.gpu.clone(), dim: self.dim, plan })
     }
 
     /// Runs `plan` on `queries` (as many as planned, of the index's dimension) into `out`
     /// (`plan.outputs()` distances and indices: a [`TopK`]'s buffers or views of the
     /// caller's memory) with `workspace` (at least `plan.workspace_bytes()` bytes): no
-    /// allocation; queued on the index's handle's stream, nothing waits.
+    /// allocation; queued on the index's handle's stream, waiting only where
+    /// [`FlatIndex::search`] says (and allocating then only for queries searched again).
     ///
     /// Errors: [`Error::InvalidArgument`] for queries of another shape than planned, another
     /// index's plan, memory on another device; [`Error::LengthMismatch`] for outputs of
@@ -338,8 +344,15 @@ impl<'a, T: VectorComponent> FlatIndex<'a, T> {
                 format!("a graph of {} vectors leaves each {} others", self.base.count, self.base.count - 1),
             ));
         }
-        let plan =
-            self.gpu.plan_knn(self.base.count, self.base.count, k, self.metric, true, KnnPrecision::F32)?;
+        let plan = self.gpu.plan_knn(
+            self.base.count,
+            self.base.count,
+            k,
+            self.metric,
+            true,
+            KnnPrecision::F32,
+            false,
+        )?;
         let plan = SearchPlan { gpu: self.gpu.clone(), dim: self.dim, plan };
         self.with_outputs(&plan, |out, workspace| self.run_core(&plan, self.base, out, workspace))
     }
@@ -407,7 +420,8 @@ impl<'a, T: VectorComponent> FlatIndex<'a, T> {
         self.gpu.run_knn(&plan.plan, (queries, self.base, self.dim), workspace, run)
     }
 
-    /// [`FlatIndex::run_engine`], then (TF32) the queries its proof leaves unproven.
+    /// [`FlatIndex::run_engine`], then the queries to search again: those a TF32 search's
+    /// proof leaves unproven, or whose candidates overflowed a filtered search's row.
     fn run_unproven(
         &self,
         plan: &SearchPlan,
@@ -420,7 +434,8 @@ impl<'a, T: VectorComponent> FlatIndex<'a, T> {
     }
 
     /// The engine's run of `plan` on `queries`; for TF32, then the proof, and the `f32`
-    /// search of the queries it does not prove, each copied over its row of `out`.
+    /// search of the queries it does not prove (filtered: the unfiltered search of those
+    /// whose candidates overflowed), each copied over its row of `out`.
     fn run_core(
         &self,
         plan: &SearchPlan,
@@ -440,8 +455,15 @@ impl<'a, T: VectorComponent> FlatIndex<'a, T> {
             let from = queries.data.offset((query * queries.stride) as u64).address();
             copy(from, again.global_ptr().offset((row * dim) as u64).address(), dim * size_of::<T>())?;
         }
-        let exact =
-            self.gpu.plan_knn(unproven.len(), self.base.count, k, self.metric, false, KnnPrecision::F32)?;
+        let exact = self.gpu.plan_knn(
+            unproven.len(),
+            self.base.count,
+            k,
+            self.metric,
+            false,
+            KnnPrecision::F32,
+            false,
+        )?;
         let exact = SearchPlan { gpu: self.gpu.clone(), dim, plan: exact };
         let again_set = VectorSet { data: again.global_ptr(), count: unproven.len(), stride: dim };
         let searched =
@@ -550,6 +572,27 @@ impl SearchPlan {
     /// The `k` planned for.
     pub fn k(&self) -> usize {
         self.plan.k
+    }
+
+    /// Whether the search filters its distances as the product makes them
+    /// ([`Tuning::knn_filter`](crate::Tuning::knn_filter)) rather than writing distance tiles.
+    ///
+    /// ```
+    /// use gpu_select::{Gpu, Metric, Tuning, Vectors};
+    ///
+    /// let gpu = Gpu::emulator();
+    /// let base: Vec<f32> = (0..5000).map(|i| (i * 7919 % 5000) as f32).collect();
+    /// let data = gpu.upload(&base)?;
+    /// let index = gpu.flat_index(Vectors::new(&data, 5000, 1)?, Metric::L2)?;
+    /// assert!(index.plan_search(3, 5)?.filters());
+    /// assert!(!index.plan_search(3, 2000)?.filters()); // rows of candidates too long
+    /// let tiles = gpu.with_tuning(Tuning { knn_filter: false, ..*gpu.tuning() });
+    /// let index = tiles.flat_index(Vectors::new(&data, 5000, 1)?, Metric::L2)?;
+    /// assert!(!index.plan_search(3, 5)?.filters());
+    /// # Ok::<(), gpu_select::Error>(())
+    /// ```
+    pub fn filters(&self) -> bool {
+        self.plan.filters()
     }
 }
 

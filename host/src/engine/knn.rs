@@ -7,16 +7,31 @@
 //! (with their base indices) keeps the `k` best. A base that fits one column tile needs no
 //! merge. The tiles are sized so that the distances and candidates held at once stay within
 //! [`Tuning::knn_tile_bytes`](crate::Tuning::knn_tile_bytes).
+//!
+//! A filtered search ([`Tuning::knn_filter`](crate::Tuning::knn_filter), [`KnnFilter`])
+//! writes no distance tile of the whole base. For each tile of queries: the distances to a
+//! probe of the base (every `step`-th vector) and their `k`-th smallest per query, the
+//! query's bound (the probe is part of the base, so its `k` nearest lie within it); then one
+//! launch of the product over the whole base keeps, per query, the pairs within the bound
+//! as candidates (`rank << 32 | index`, so that ordering them orders by distance, then by
+//! index, as every search does); one rows top-k of those keeps the `k` best, unpacked into
+//! place. Each pair's distance is the same arithmetic as in the unfiltered tiles, so the
+//! results are the unfiltered search's bit for bit. A query whose pairs within the bound
+//! overflow its row (a probe unlike the base around it, or many equal distances) is found
+//! by its count and searched again unfiltered ([`Gpu::knn_unproven`]).
 
 use gpu_select_kernels::entry::{
-    KNN_DISTANCE_TILE_BF16, KNN_DISTANCE_TILE_F16, KNN_DISTANCE_TILE_F32, KNN_DISTANCE_TILE_TF32_BF16,
-    KNN_DISTANCE_TILE_TF32_F16, KNN_DISTANCE_TILE_TF32_F32, KNN_DISTANCE_TILE_TF32X3_F32, KNN_NORMS_BF16,
-    KNN_NORMS_F16, KNN_NORMS_F32, KNN_PLACE, KNN_RERANK_BF16, KNN_RERANK_F16, KNN_RERANK_F32, KernelId,
+    KNN_DISTANCE_FILTER_BF16, KNN_DISTANCE_FILTER_F16, KNN_DISTANCE_FILTER_F32, KNN_DISTANCE_TILE_BF16,
+    KNN_DISTANCE_TILE_F16, KNN_DISTANCE_TILE_F32, KNN_DISTANCE_TILE_TF32_BF16, KNN_DISTANCE_TILE_TF32_F16,
+    KNN_DISTANCE_TILE_TF32_F32, KNN_DISTANCE_TILE_TF32X3_F32, KNN_NORMS_BF16, KNN_NORMS_F16, KNN_NORMS_F32,
+    KNN_PLACE, KNN_RERANK_BF16, KNN_RERANK_F16, KNN_RERANK_F32, KernelId,
 };
 use gpu_select_kernels::knn::norms::{NORMS_THREADS, NormsParams};
 use gpu_select_kernels::knn::place::{KEEP_ALL, PLACE_THREADS, PlaceParams};
 use gpu_select_kernels::knn::tensor::{RERANK_THREADS, RerankParams, Tf32TileLayout};
-use gpu_select_kernels::knn::tile::{DISTANCE_THREADS, DistanceLayout, DistanceTileParams, distance_grid};
+use gpu_select_kernels::knn::tile::{
+    DISTANCE_THREADS, DistanceFilterParams, DistanceLayout, DistanceTileParams, FilterTarget, distance_grid,
+};
 use gpu_select_kernels::knn::{Bf16Bits, Component, F16Bits, Metric};
 use gpu_select_kernels::params::{GlobalPtr, Order};
 use gpu_select_kernels::warp::select::MAX_QUEUE_K;
@@ -49,6 +64,8 @@ pub trait KnnStorage: DeviceValue {
     const NORMS: KernelId<NormsParams<Self::Stored>>;
     /// Distance tiles of vectors of this type.
     const TILE: KernelId<DistanceTileParams<Self::Stored>>;
+    /// The filtered product: each query's pairs within its bound, as candidates.
+    const FILTER: KernelId<DistanceFilterParams<Self::Stored>>;
     /// Approximate distance tiles on the tensor cores (TF32).
     const TILE_TF32: KernelId<DistanceTileParams<Self::Stored>>;
     /// Split TF32 tiles (three products per pair) and whether they are split; for 16-bit
@@ -64,6 +81,7 @@ impl KnnStorage for f32 {
     type Stored = f32;
     const NORMS: KernelId<NormsParams<f32>> = KNN_NORMS_F32;
     const TILE: KernelId<DistanceTileParams<f32>> = KNN_DISTANCE_TILE_F32;
+    const FILTER: KernelId<DistanceFilterParams<f32>> = KNN_DISTANCE_FILTER_F32;
     const TILE_TF32: KernelId<DistanceTileParams<f32>> = KNN_DISTANCE_TILE_TF32_F32;
     const TILE_TF32X3: (KernelId<DistanceTileParams<f32>>, bool) = (KNN_DISTANCE_TILE_TF32X3_F32, true);
     const EXACT_IN_TF32: bool = false;
@@ -74,6 +92,7 @@ impl KnnStorage for half::f16 {
     type Stored = F16Bits;
     const NORMS: KernelId<NormsParams<F16Bits>> = KNN_NORMS_F16;
     const TILE: KernelId<DistanceTileParams<F16Bits>> = KNN_DISTANCE_TILE_F16;
+    const FILTER: KernelId<DistanceFilterParams<F16Bits>> = KNN_DISTANCE_FILTER_F16;
     const TILE_TF32: KernelId<DistanceTileParams<F16Bits>> = KNN_DISTANCE_TILE_TF32_F16;
     const TILE_TF32X3: (KernelId<DistanceTileParams<F16Bits>>, bool) = (KNN_DISTANCE_TILE_TF32_F16, false);
     const EXACT_IN_TF32: bool = true;
@@ -84,6 +103,7 @@ impl KnnStorage for half::bf16 {
     type Stored = Bf16Bits;
     const NORMS: KernelId<NormsParams<Bf16Bits>> = KNN_NORMS_BF16;
     const TILE: KernelId<DistanceTileParams<Bf16Bits>> = KNN_DISTANCE_TILE_BF16;
+    const FILTER: KernelId<DistanceFilterParams<Bf16Bits>> = KNN_DISTANCE_FILTER_BF16;
     const TILE_TF32: KernelId<DistanceTileParams<Bf16Bits>> = KNN_DISTANCE_TILE_TF32_BF16;
     const TILE_TF32X3: (KernelId<DistanceTileParams<Bf16Bits>>, bool) = (KNN_DISTANCE_TILE_TF32_BF16, false);
     const EXACT_IN_TF32: bool = true;
@@ -262,6 +282,51 @@ pub(crate) fn share(count: usize, parts: usize, part: usize) -> (usize, usize) {
     (part * short + part.min(longer), short + usize::from(part < longer))
 }
 
+/// A filtered search's probe and rows of candidates (module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct KnnFilter {
+    /// Base vectors probed: every `step`-th from the first.
+    probe: usize,
+    step: usize,
+    /// Candidates a query's row holds.
+    capacity: usize,
+}
+
+impl KnnFilter {
+    /// The filter keeping `kept` of `base` vectors, or `None` where it does not pay (rows of
+    /// candidates beyond a quarter of the base, `kept` beyond the queues' 2048, a base
+    /// beyond 32-bit indices).
+    ///
+    /// The probe of about `√(base · kept)` vectors (a power of two, at most an eighth of the
+    /// base) balances its own product against the candidates it leaves: with every
+    /// `step`-th vector probed, the bound (the probe's `kept`-th distance) has about
+    /// `kept · step` of the base within it, give or take `√kept · step` for a probe that
+    /// samples the base evenly. A row holds `step · (kept + 8 √kept + 16)`: eight of those
+    /// deviations, and for small `kept` (whose count within the bound is nearly
+    /// geometric) 25 times its mean at `kept = 1`.
+    pub(crate) fn plan(base: usize, kept: usize) -> Option<Self> {
+        if kept > MAX_QUEUE_K as usize || base > u32::MAX as usize {
+            return None;
+        }
+        let balanced = (base as f64 * kept as f64).sqrt().ceil() as usize;
+        let probe = balanced.next_power_of_two().min(base / 8);
+        if probe < kept || probe == 0 {
+            return None;
+        }
+        let step = base / probe;
+        let spread = kept as f64 + 8.0 * (kept as f64).sqrt() + 16.0;
+        let capacity = ((step as f64 * spread).ceil() as usize).next_multiple_of(32);
+        (capacity <= base / 4).then_some(KnnFilter { probe, step, capacity })
+    }
+
+    /// Bytes a query takes in a stream's buffers: its probe's distances, its row of
+    /// candidates, the probe's best (distances and indices) and the candidates' (keys and
+    /// places).
+    fn bytes_per_query(&self, kept: usize) -> usize {
+        self.probe * 4 + self.capacity * 8 + kept * (4 + 8) + kept * (8 + 8)
+    }
+}
+
 /// A search made ready for one shape ([`Gpu::plan_knn`]): its tiles, its streams, and
 /// where its buffers lie in its workspace. The size query and the run read the same layout.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -273,6 +338,12 @@ pub(crate) struct KnnPlan {
     /// A k-NN graph: query `i` is base vector `i`, and drops itself.
     pub(crate) drop_own: bool,
     pub(crate) precision: KnnPrecision,
+    /// The filtered search's probe and rows, or `None` for the tiles.
+    filter: Option<KnnFilter>,
+    /// Filtered: offset of each query's count of candidates, and of the probe's squared
+    /// norms.
+    counts: usize,
+    probe_norms: usize,
     /// Neighbours kept per query from the distance tiles: [`KnnPlan::kept`], or with TF32
     /// the candidates re-ranked.
     candidates: usize,
@@ -309,6 +380,12 @@ struct StreamRegions {
     /// TF32: the candidates' indices in increasing order, and the sort's positions:
     /// offsets, `query_tile × candidates`.
     by_index: (usize, usize, usize),
+    /// Filtered: each query's bound: offset, `query_tile`.
+    bounds: (usize, usize),
+    /// Filtered: the rows of candidates: offset, `query_tile × capacity`.
+    filtered: (usize, usize),
+    /// Filtered: the candidates' best: offsets of keys and places, `query_tile × kept`.
+    selected: (usize, usize, usize),
 }
 
 impl KnnPlan {
@@ -338,6 +415,11 @@ impl KnnPlan {
         self.precision.reranks()
     }
 
+    /// Whether the search is filtered (module docs).
+    pub(crate) fn filters(&self) -> bool {
+        self.filter.is_some()
+    }
+
     /// TF32: whether every base vector is a candidate (then nothing is left to prove).
     pub(crate) fn every_vector_a_candidate(&self) -> bool {
         self.candidates == self.base
@@ -353,6 +435,9 @@ struct KnnBuffers {
     exact: DeviceBuffer<f32>,
     reranked: TopK<f32>,
     by_index: Pairs<u64>,
+    bounds: DeviceBuffer<f32>,
+    filtered: DeviceBuffer<u64>,
+    selected: TopK<u64>,
 }
 
 /// What a run reads besides the plan and the vectors, and where it writes.
@@ -386,7 +471,10 @@ impl Gpu {
 
     /// Plans a search of `queries` vectors against `base` keeping `k` each (`k + 1`, then
     /// one dropped, for a graph): tiles within [`Tuning::knn_tile_bytes`](crate::Tuning),
-    /// [`Tuning::knn_streams`](crate::Tuning) streams, and the workspace's layout.
+    /// [`Tuning::knn_streams`](crate::Tuning) streams, and the workspace's layout; filtered
+    /// (module docs) where `may_filter`, the tuning and the shape allow, for an `f32`
+    /// search whose caller searches the queries [`Gpu::knn_unproven`] names again.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn plan_knn(
         &self,
         queries: usize,
@@ -395,6 +483,7 @@ impl Gpu {
         metric: Metric,
         drop_own: bool,
         precision: KnnPrecision,
+        may_filter: bool,
     ) -> Result<KnnPlan> {
         check_key_count(queries)?;
         check_key_count(base)?;
@@ -410,7 +499,19 @@ impl Gpu {
         // tiles into more launches (at 1 GiB, k = 10 000 measured 23.6 against 21.8 ms).
         let budget = self.tuning().knn_tile_bytes / wanted_streams;
         let budget = if candidates > MAX_QUEUE_K as usize { budget / 2 } else { budget };
-        let tiles = KnnTiles::plan(queries, base, candidates, budget);
+        let filter = (may_filter && precision == KnnPrecision::F32 && self.tuning().knn_filter)
+            .then(|| KnnFilter::plan(base, kept))
+            .flatten();
+        let tiles = match filter {
+            // The whole base in one launch; as many queries a tile as the budget holds.
+            Some(filter) => KnnTiles {
+                query_tile: queries
+                    .min(QUERY_TILE_TARGET)
+                    .min((budget / filter.bytes_per_query(kept)).max(1)),
+                base_tiles: 1,
+            },
+            None => KnnTiles::plan(queries, base, candidates, budget),
+        };
         let streams = wanted_streams.min(queries.div_ceil(tiles.query_tile));
         let mut plan = KnnPlan {
             queries,
@@ -419,6 +520,9 @@ impl Gpu {
             metric,
             drop_own,
             precision,
+            filter,
+            counts: 0,
+            probe_norms: 0,
             candidates,
             tiles,
             streams,
@@ -434,6 +538,9 @@ impl Gpu {
                 exact: (0, 0),
                 reranked: (0, 0, 0),
                 by_index: (0, 0, 0),
+                bounds: (0, 0),
+                filtered: (0, 0),
+                selected: (0, 0, 0),
             },
             workspace_bytes: 0,
         };
@@ -441,6 +548,14 @@ impl Gpu {
         let mut rows_bytes = 0;
         for query_tile in [tiles.query_tile, queries % tiles.query_tile] {
             if query_tile == 0 {
+                continue;
+            }
+            if let Some(filter) = filter {
+                rows_bytes = rows_bytes.max(self.knn_rows_workspace(query_tile, filter.probe, kept)?);
+                let spec = RowsSpec::dense(query_tile, filter.capacity, filter.capacity, kept)?;
+                let candidates_bytes =
+                    self.rows_workspace_bytes::<u64>(&spec, kept, Order::Smallest, RowsAlgorithm::Auto)?;
+                rows_bytes = rows_bytes.max(candidates_bytes);
                 continue;
             }
             for tile in [0, tiles.base_tiles - 1] {
@@ -456,11 +571,18 @@ impl Gpu {
             }
         }
         // One stream's regions, from its first byte.
-        let distances_len = tiles.query_tile * tiles.base_range(base, 0).1;
-        let best_len = if plan.merges() || plan.finishes() || plan.reranks() {
+        let distances_len = match filter {
+            Some(filter) => tiles.query_tile * filter.probe,
+            None => tiles.query_tile * tiles.base_range(base, 0).1,
+        };
+        let best_len = if plan.merges() || plan.finishes() || plan.reranks() || filter.is_some() {
             tiles.query_tile * candidates
         } else {
             0
+        };
+        let (bounds_len, filtered_len, selected_len) = match filter {
+            Some(filter) => (tiles.query_tile, tiles.query_tile * filter.capacity, tiles.query_tile * kept),
+            None => (0, 0, 0),
         };
         let candidates_len = if plan.merges() { tiles.query_tile * tiles.base_tiles * candidates } else { 0 };
         let (exact_len, reranked_len) =
@@ -478,11 +600,19 @@ impl Gpu {
             exact: (stream.region(exact_len * 4), exact_len),
             reranked: (stream.region(reranked_len * 4), stream.region(reranked_len * 8), reranked_len),
             by_index: (stream.region(exact_len * 8), stream.region(exact_len * 8), exact_len),
+            bounds: (stream.region(bounds_len * 4), bounds_len),
+            filtered: (stream.region(filtered_len * 8), filtered_len),
+            selected: (stream.region(selected_len * 8), stream.region(selected_len * 8), selected_len),
         };
         plan.stream_bytes = stream.bytes();
         let mut whole = WorkspaceCarver::default();
         plan.query_norms = whole.region(if plan.needs_norms() { queries * 4 } else { 0 });
         plan.checks = whole.region(if plan.reranks() { 2 * queries * 4 } else { 0 });
+        if let Some(filter) = filter {
+            plan.counts = whole.region(queries * 4);
+            plan.probe_norms =
+                whole.region(if metric == Metric::InnerProduct { 0 } else { filter.probe * 4 });
+        }
         plan.first_stream = whole.region(streams * plan.stream_bytes);
         plan.workspace_bytes = whole.bytes();
         Ok(plan)
@@ -504,6 +634,18 @@ impl Gpu {
         let query_norms = GlobalPtr::from_address(address(plan.query_norms));
         if plan.needs_norms() {
             self.knn_norms(queries, dim, query_norms)?;
+        }
+        let (counts, probe_norms) = (
+            GlobalPtr::<u32>::from_address(address(plan.counts)),
+            GlobalPtr::from_address(address(plan.probe_norms)),
+        );
+        if let Some(filter) = plan.filter {
+            self.clear_on_device(counts.address(), plan.queries * 4)?;
+            if plan.metric != Metric::InnerProduct {
+                // The probe's norms side by side, as the product reads them.
+                let from = run.base_norms.address();
+                self.copy_rows_on_device(from, filter.step * 4, probe_norms.address(), 4, 4, filter.probe)?;
+            }
         }
         let mut handles = vec![self.clone()];
         for _ in 1..plan.streams {
@@ -535,6 +677,12 @@ impl Gpu {
                     exact: view(handle, at(regions.exact.0), regions.exact.1),
                     reranked: pair(regions.reranked),
                     by_index: Pairs::at(at(regions.by_index.0), at(regions.by_index.1)),
+                    bounds: view(handle, at(regions.bounds.0), regions.bounds.1),
+                    filtered: view(handle, at(regions.filtered.0), regions.filtered.1),
+                    selected: TopK {
+                        values: view(handle, at(regions.selected.0), regions.selected.2),
+                        indices: view(handle, at(regions.selected.1), regions.selected.2),
+                    },
                 }
             })
             .collect();
@@ -544,7 +692,21 @@ impl Gpu {
         while first_query < plan.queries {
             let count = plan.tiles.query_tile.min(plan.queries - first_query);
             let at = turn % handles.len();
-            handles[at].knn_query_tile(plan, search, &run, &mut buffers[at], (first_query, count))?;
+            let tile = (first_query, count);
+            match plan.filter {
+                Some(filter) => {
+                    let filtered = (filter, counts, probe_norms);
+                    handles[at].knn_filtered_query_tile(
+                        plan,
+                        filtered,
+                        search,
+                        &run,
+                        &mut buffers[at],
+                        tile,
+                    )?
+                }
+                None => handles[at].knn_query_tile(plan, search, &run, &mut buffers[at], tile)?,
+            }
             first_query += count;
             turn += 1;
         }
@@ -578,7 +740,7 @@ impl Gpu {
         let out_rows = first_query * plan.k..(first_query + count) * plan.k;
         let own = plan.drop_own.then_some(first_query);
         let negate = plan.metric.is_similarity();
-        let KnnBuffers { distances, best, candidates: merged_rows, rows, exact, reranked, by_index } =
+        let KnnBuffers { distances, best, candidates: merged_rows, rows, exact, reranked, by_index, .. } =
             buffers;
         // Where the tiles' (or their merge's) best go when they are not the result: `best`.
         let into_best = merges || finishes || reranks;
@@ -663,6 +825,93 @@ impl Gpu {
         Ok(())
     }
 
+    /// Queues queries `first_query .. first_query + count` of a filtered search (module
+    /// docs) on this handle's stream, with `buffers`: the probe's distances and each query's
+    /// bound, the product over the whole base keeping the pairs within it, their `kept`
+    /// best, unpacked into the caller's rows.
+    #[allow(clippy::type_complexity)]
+    fn knn_filtered_query_tile<T: KnnStorage>(
+        &self,
+        plan: &KnnPlan,
+        (filter, counts, probe_norms): (KnnFilter, GlobalPtr<u32>, GlobalPtr<f32>),
+        (queries, base, dim, query_norms, _): (
+            VectorSet<T>,
+            VectorSet<T>,
+            usize,
+            GlobalPtr<f32>,
+            GlobalPtr<f32>,
+        ),
+        run: &KnnRun<'_>,
+        buffers: &mut KnnBuffers,
+        (first_query, count): (usize, usize),
+    ) -> Result<()> {
+        let kept = plan.kept();
+        let query_part = queries.part(first_query, count);
+        let norms_part = query_norms.offset(if plan.needs_norms() { first_query as u64 } else { 0 });
+        let KnnBuffers { distances, best, rows, bounds, filtered, selected, .. } = buffers;
+        // The probe: every `step`-th base vector (its norms gathered side by side), and each
+        // query's `kept`-th distance to it, the bound.
+        let probe = VectorSet { data: base.data, count: filter.probe, stride: base.stride * filter.step };
+        let probe_distances = distances.view(0, count * filter.probe);
+        self.knn_distance_tile(
+            (query_part, norms_part),
+            (probe, probe_norms),
+            dim,
+            (plan.metric, KnnPrecision::F32),
+            probe_distances.global_ptr(),
+        )?;
+        let spec = RowsSpec::dense(count, filter.probe, filter.probe, kept)?;
+        let mut probe_best = out_view(best, 0..count * kept);
+        self.knn_select(&probe_distances, &spec, kept, GlobalPtr::null(), rows, &mut probe_best)?;
+        let last = probe_best.values.global_ptr().offset(kept as u64 - 1).address();
+        self.copy_rows_on_device(last, kept * 4, bounds.global_ptr().address(), 4, 4, count)?;
+        // The rows of candidates, filled past their counts with the last key there is.
+        let rows_of = filtered.view(0, count * filter.capacity);
+        self.fill_on_device(rows_of.global_ptr().address(), count * filter.capacity * 8, 0xff)?;
+        let target = FilterTarget {
+            bounds: bounds.global_ptr(),
+            counts: counts.offset(first_query as u64),
+            candidates: rows_of.global_ptr(),
+            capacity: filter.capacity as u64,
+            index_offset: 0,
+        };
+        let tile = self.knn_tile_params(
+            (query_part, norms_part),
+            (base, run.base_norms),
+            dim,
+            plan.metric,
+            GlobalPtr::null(),
+        )?;
+        let shape = LaunchShape { shared_bytes: DistanceLayout::new().bytes, ..tile.0 };
+        self.launch(T::FILTER, shape, DistanceFilterParams { tile: tile.1, target })?;
+        // The `kept` smallest keys of each row: by distance, then by index.
+        let spec = RowsSpec::dense(count, filter.capacity, filter.capacity, kept)?;
+        let mut best_keys = TopK {
+            values: selected.values.view(0, count * kept),
+            indices: selected.indices.view(0, count * kept),
+        };
+        self.run_rows(
+            &rows_of,
+            &spec,
+            (GlobalPtr::null(), GlobalPtr::null()),
+            kept,
+            Order::Smallest,
+            RowsAlgorithm::Auto,
+            rows,
+            &mut best_keys,
+        )?;
+        let out = out_view(run.out, first_query * plan.k..(first_query + count) * plan.k);
+        let own = plan.drop_own.then_some(first_query);
+        self.knn_place_candidates(
+            &best_keys.values,
+            (&out, plan.k),
+            count,
+            kept,
+            own,
+            plan.metric.is_similarity(),
+        )
+    }
+
     /// Queues the exact distances of each query of `queries` to its candidates (`candidates`,
     /// base indices, as many rows as queries, each as wide as a row of `out`) into `out`.
     fn knn_rerank<T: KnnStorage>(
@@ -694,9 +943,10 @@ impl Gpu {
         self.launch(T::RERANK, shape, params)
     }
 
-    /// After a TF32 search of `plan` with `workspace` has run: the queries whose candidates
-    /// are not proven to hold their `kept` nearest ([`KnnPrecision::error_bound`] with the base's
-    /// largest squared norm `base_norm_max`), in order. Waits for the search.
+    /// After a TF32 or filtered search of `plan` with `workspace` has run: the queries
+    /// whose candidates are not proven to hold their `kept` nearest ([`KnnPrecision::error_bound`]
+    /// with the base's largest squared norm `base_norm_max`), or whose row of candidates
+    /// overflowed (filtered), in order: the caller searches them again. Waits for the search.
     pub(crate) fn knn_unproven<T: KnnStorage>(
         &self,
         plan: &KnnPlan,
@@ -704,10 +954,18 @@ impl Gpu {
         dim: usize,
         base_norm_max: f32,
     ) -> Result<Vec<usize>> {
+        let address = |offset: usize| workspace.global_ptr().address() + offset as u64;
+        if let Some(filter) = plan.filter {
+            let mut counts = vec![0u32; plan.queries];
+            self.copy_from_address(address(plan.counts), &mut counts)?;
+            // (Fewer than `kept` cannot happen: the probe's `kept` nearest are within the
+            // bound. Checked all the same, as a row so short would hold padding.)
+            let complete = |count: u32| (plan.kept()..=filter.capacity).contains(&(count as usize));
+            return Ok((0..plan.queries).filter(|&query| !complete(counts[query])).collect());
+        }
         if !plan.reranks() || plan.every_vector_a_candidate() {
             return Ok(Vec::new());
         }
-        let address = |offset: usize| workspace.global_ptr().address() + offset as u64;
         let mut checks = vec![0.0f32; 2 * plan.queries];
         self.copy_from_address(address(plan.checks), &mut checks)?;
         let mut norms = vec![0.0f32; plan.queries];
@@ -791,23 +1049,37 @@ impl Gpu {
     /// the CUDA cores in `f32` or the tensor cores in TF32.
     pub(crate) fn knn_distance_tile<T: KnnStorage>(
         &self,
-        (queries, query_norms): (VectorSet<T>, GlobalPtr<f32>),
-        (base, base_norms): (VectorSet<T>, GlobalPtr<f32>),
+        queries: (VectorSet<T>, GlobalPtr<f32>),
+        base: (VectorSet<T>, GlobalPtr<f32>),
         dim: usize,
         (metric, precision): (Metric, KnnPrecision),
         out: GlobalPtr<f32>,
     ) -> Result<()> {
-        let (columns, rows) = distance_grid(queries.count as u64, base.count as u64);
-        let (Ok(columns), Ok(rows)) = (u32::try_from(columns), u16::try_from(rows)) else {
-            return Err(Error::invalid("a k-NN distance tile too large for one launch"));
-        };
+        let (shape, params) = self.knn_tile_params(queries, base, dim, metric, out)?;
         let (kernel, shared_bytes) = match precision {
             KnnPrecision::F32 => (T::TILE, DistanceLayout::new().bytes),
             KnnPrecision::Tf32Reranked => (T::TILE_TF32, Tf32TileLayout::new(false).bytes),
             KnnPrecision::Tf32x3Reranked => (T::TILE_TF32X3.0, Tf32TileLayout::new(T::TILE_TF32X3.1).bytes),
         };
+        self.launch(kernel, LaunchShape { shared_bytes, ..shape }, params)
+    }
+
+    /// The grid (shared memory left to the kernel) and the parameters of a distance tile of
+    /// `queries × base` into `out` (row stride `base.count`).
+    fn knn_tile_params<T: KnnStorage>(
+        &self,
+        (queries, query_norms): (VectorSet<T>, GlobalPtr<f32>),
+        (base, base_norms): (VectorSet<T>, GlobalPtr<f32>),
+        dim: usize,
+        metric: Metric,
+        out: GlobalPtr<f32>,
+    ) -> Result<(LaunchShape, DistanceTileParams<T::Stored>)> {
+        let (columns, rows) = distance_grid(queries.count as u64, base.count as u64);
+        let (Ok(columns), Ok(rows)) = (u32::try_from(columns), u16::try_from(rows)) else {
+            return Err(Error::invalid("a k-NN distance tile too large for one launch"));
+        };
         let shape =
-            LaunchShape { grid: (columns, rows as u32), block_threads: DISTANCE_THREADS, shared_bytes };
+            LaunchShape { grid: (columns, rows as u32), block_threads: DISTANCE_THREADS, shared_bytes: 0 };
         let params = DistanceTileParams {
             queries: queries.stored(),
             query_stride: queries.stride as u64,
@@ -822,7 +1094,28 @@ impl Gpu {
             dim: dim as u64,
             metric: metric.to_raw(),
         };
-        self.launch(kernel, shape, params)
+        Ok((shape, params))
+    }
+
+    /// Queues the unpacking of `rows × width` candidates of a filtered search (`rank << 32 |
+    /// index`, nearest first) into `to` (row `r` at `r · stride`): row `r` drops index `own
+    /// + r` (or its last entry) when `own` is given; signs flipped when `negate`.
+    fn knn_place_candidates(
+        &self,
+        from: &DeviceBuffer<u64>,
+        (to, stride): (&TopK<f32>, usize),
+        rows: usize,
+        width: usize,
+        own: Option<usize>,
+        negate: bool,
+    ) -> Result<()> {
+        let params = PlaceParams {
+            values_in: GlobalPtr::null(),
+            indices_in: GlobalPtr::null(),
+            candidates_in: from.global_ptr(),
+            ..place_params((to, stride, 0), rows, width, 0, own, negate)
+        };
+        self.launch(KNN_PLACE, place_shape(rows), params)
     }
 
     /// Queues the move of `rows × width` neighbours of `from` into `to` (row `r` at
@@ -839,25 +1132,46 @@ impl Gpu {
         own: Option<usize>,
         negate: bool,
     ) -> Result<()> {
-        let warps_per_block = (PLACE_THREADS / 32) as u64;
-        let blocks = (rows as u64).div_ceil(warps_per_block).min(MAX_ROW_BLOCKS) as u32;
-        let shape = LaunchShape { grid: (blocks, 1), block_threads: PLACE_THREADS, shared_bytes: 0 };
         let params = PlaceParams {
             values_in: from.values.global_ptr(),
             indices_in: from.indices.global_ptr(),
-            values_out: to.values.global_ptr(),
-            indices_out: to.indices.global_ptr(),
-            rows: rows as u64,
-            width_in: width as u64,
-            width_out: (width - usize::from(own.is_some())) as u64,
-            stride_out: stride as u64,
-            column_out: column as u64,
-            index_offset: index_offset as u64,
-            own_index_start: own.map_or(KEEP_ALL, |own| own as u64),
-            negate: u32::from(negate),
+            ..place_params((to, stride, column), rows, width, index_offset, own, negate)
         };
-        self.launch(KNN_PLACE, shape, params)
+        self.launch(KNN_PLACE, place_shape(rows), params)
     }
+}
+
+/// `knn_place`'s parameters but its inputs (null).
+fn place_params(
+    (to, stride, column): (&TopK<f32>, usize, usize),
+    rows: usize,
+    width: usize,
+    index_offset: usize,
+    own: Option<usize>,
+    negate: bool,
+) -> PlaceParams {
+    PlaceParams {
+        values_in: GlobalPtr::null(),
+        indices_in: GlobalPtr::null(),
+        values_out: to.values.global_ptr(),
+        indices_out: to.indices.global_ptr(),
+        rows: rows as u64,
+        width_in: width as u64,
+        width_out: (width - usize::from(own.is_some())) as u64,
+        stride_out: stride as u64,
+        column_out: column as u64,
+        index_offset: index_offset as u64,
+        own_index_start: own.map_or(KEEP_ALL, |own| own as u64),
+        negate: u32::from(negate),
+        candidates_in: GlobalPtr::null(),
+    }
+}
+
+/// The grid of `knn_place` over `rows` rows: a warp per row.
+fn place_shape(rows: usize) -> LaunchShape {
+    let warps_per_block = (PLACE_THREADS / 32) as u64;
+    let blocks = (rows as u64).div_ceil(warps_per_block).min(MAX_ROW_BLOCKS) as u32;
+    LaunchShape { grid: (blocks, 1), block_threads: PLACE_THREADS, shared_bytes: 0 }
 }
 
 /// Entries `range` of a result's values and indices.
@@ -871,6 +1185,31 @@ fn out_view(out: &TopK<f32>, range: std::ops::Range<usize>) -> TopK<f32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_filter_probes_about_the_root_of_base_times_k_and_leaves_short_rows() {
+        // SIFT1M's shape at k = 100: 16 384 probed (every 61st), rows of 11 968.
+        assert_eq!(
+            KnnFilter::plan(1_000_000, 100),
+            Some(KnnFilter { probe: 16_384, step: 61, capacity: 11_968 })
+        );
+        for base in [5000, 20_000, 1_000_000, 50_000_000] {
+            for kept in [1, 10, 100, 1000, 2048] {
+                let Some(filter) = KnnFilter::plan(base, kept) else { continue };
+                // The probe lies in the base, holds `kept`, and a row is at most a quarter of
+                // the base and holds the bound's expected count with room to spare.
+                assert!(filter.probe >= kept && (filter.probe - 1) * filter.step < base, "{base} {kept}");
+                let deviations = filter.step as f64 * (kept as f64 + 8.0 * (kept as f64).sqrt());
+                assert!(filter.capacity <= base / 4 && filter.capacity as f64 >= deviations, "{base} {kept}");
+                assert_eq!(filter.capacity % 32, 0);
+            }
+        }
+        // Not where the rows would be long, nor beyond the queues or 32-bit indices.
+        assert_eq!(KnnFilter::plan(2000, 64), None);
+        assert_eq!(KnnFilter::plan(1_000_000, 2049), None);
+        assert_eq!(KnnFilter::plan(1 << 33, 10), None);
+        assert_eq!(KnnFilter::plan(7, 1), None);
+    }
 
     #[test]
     fn tiles_fit_the_budget_and_hold_what_each_keeps() {

@@ -150,7 +150,7 @@ impl Gpu {
                 continue;
             }
             for &(len, merged_width, keep) in &shapes {
-                let plan = self.plan_knn(group, len, k.min(len), metric, false, KnnPrecision::F32)?;
+                let plan = self.plan_knn(group, len, k.min(len), metric, false, KnnPrecision::F32, false)?;
                 search_bytes = search_bytes.max(plan.workspace_bytes);
                 if several {
                     search_bytes = search_bytes.max(self.knn_rows_workspace(group, merged_width, keep)?);
@@ -257,8 +257,15 @@ impl Gpu {
                 let search = match searches.iter().position(|(known, _)| *known == shape) {
                     Some(at) => &searches[at].1,
                     None => {
-                        let made =
-                            self.plan_knn(count, len, step.kept, plan.metric, false, KnnPrecision::F32)?;
+                        let made = self.plan_knn(
+                            count,
+                            len,
+                            step.kept,
+                            plan.metric,
+                            false,
+                            KnnPrecision::F32,
+                            false,
+                        )?;
                         searches.push((shape, made));
                         &searches[searches.len() - 1].1
                     }
