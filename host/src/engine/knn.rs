@@ -426,6 +426,10 @@ impl KnnPlan {
     }
 }
 
+/// What every query tile of a search reads: the queries, the base, the dimension, the
+/// queries' squared norms, and where TF32's proofs keep their values.
+type SearchVectors<T> = (VectorSet<T>, VectorSet<T>, usize, GlobalPtr<f32>, GlobalPtr<f32>);
+
 /// One stream's buffers of a search: views of the workspace.
 struct KnnBuffers {
     distances: DeviceBuffer<f32>,
@@ -722,13 +726,7 @@ impl Gpu {
     fn knn_query_tile<T: KnnStorage>(
         &self,
         plan: &KnnPlan,
-        (queries, base, dim, query_norms, checks): (
-            VectorSet<T>,
-            VectorSet<T>,
-            usize,
-            GlobalPtr<f32>,
-            GlobalPtr<f32>,
-        ),
+        (queries, base, dim, query_norms, checks): SearchVectors<T>,
         run: &KnnRun<'_>,
         buffers: &mut KnnBuffers,
         (first_query, count): (usize, usize),
@@ -829,18 +827,11 @@ impl Gpu {
     /// docs) on this handle's stream, with `buffers`: the probe's distances and each query's
     /// bound, the product over the whole base keeping the pairs within it, their `kept`
     /// best, unpacked into the caller's rows.
-    #[allow(clippy::type_complexity)]
     fn knn_filtered_query_tile<T: KnnStorage>(
         &self,
         plan: &KnnPlan,
         (filter, counts, probe_norms): (KnnFilter, GlobalPtr<u32>, GlobalPtr<f32>),
-        (queries, base, dim, query_norms, _): (
-            VectorSet<T>,
-            VectorSet<T>,
-            usize,
-            GlobalPtr<f32>,
-            GlobalPtr<f32>,
-        ),
+        (queries, base, dim, query_norms, _): SearchVectors<T>,
         run: &KnnRun<'_>,
         buffers: &mut KnnBuffers,
         (first_query, count): (usize, usize),
