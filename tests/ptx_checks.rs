@@ -235,8 +235,8 @@ fn longest_run_of_loads(body: &str) -> usize {
 /// The kernels allowed to use local memory: batched top-k queues of more than 1024 keys
 /// (`q64`, 2048 pairs per warp: 192 registers per lane for 32-bit keys before any
 /// temporaries), and the k-NN filtered product, which keeps the plain distance tile's 128
-/// registers (two blocks a multiprocessor) and on sm_80 spills a word in its epilogue (4
-/// bytes stored and loaded; none on sm_90).
+/// registers (two blocks a multiprocessor) and may spill a word in its epilogue (4 bytes
+/// stored and loaded, on one of the two architectures).
 /// Everything else, every queue of k ≤ 1024 for every key width included (64-bit keys at
 /// k = 1024: 216 registers on sm_80), must stay in registers.
 fn may_use_local_memory(kernel: &str) -> bool {
