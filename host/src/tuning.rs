@@ -128,7 +128,7 @@ pub struct Tuning {
     /// read again, and a query whose pairs within the bound overflow their row is searched
     /// again unfiltered. Taken where the rows of candidates stay small (at most a quarter of
     /// the base, `k ≤ 2048`), for searches and not for graphs or streamed bases. On
-    /// SIFT1M's shape (H200, run 339) 3.9–7.3 % faster than writing the tiles at k = 1 …
+    /// SIFT1M's shape (H200, run 343) 15.5–18.2 % faster than writing the tiles at k = 1 …
     /// 1000: on.
     pub knn_filter: bool,
     /// SBP top-k: the cutoff of a pass (the most candidates a tile keeps) is `k` plus this
