@@ -20,8 +20,8 @@
 //! end, are read as zeros; distances are written only inside the tile.
 //!
 //! The filtered form ([`distance_filter`], `knn_distance_filter_<storage>`) runs the same
-//! product and writes no tile: its epilogue keeps a pair only when its distance ranks at or
-//! below its query's bound (a distance the search measured before, [`FilterTarget`]), as one
+//! product and writes no tile: its epilogue keeps a pair only when its distance is at most
+//! its query's bound (a distance the search measured before, [`FilterTarget`]), as one
 //! 8-byte candidate (the distance's rank and the base index) appended to the query's row.
 //! The search's bound leaves a few thousand of a million pairs a query, so the distances
 //! are neither written nor read again.
