@@ -1101,8 +1101,6 @@ impl Gpu {
         negate: bool,
     ) -> Result<()> {
         let params = PlaceParams {
-            values_in: GlobalPtr::null(),
-            indices_in: GlobalPtr::null(),
             candidates_in: from.global_ptr(),
             ..place_params((to, stride, 0), rows, width, 0, own, negate)
         };
@@ -1132,7 +1130,7 @@ impl Gpu {
     }
 }
 
-/// `knn_place`'s parameters but its inputs (null).
+/// `knn_place`'s parameters with its inputs null (the caller names the ones it reads).
 fn place_params(
     (to, stride, column): (&TopK<f32>, usize, usize),
     rows: usize,
