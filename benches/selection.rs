@@ -11,9 +11,9 @@ use std::time::Duration;
 use criterion::{BenchmarkId, Criterion, Throughput};
 use gpu_select::diagnostics::{knn_distances, knn_unproven, queue_read_pass, read_pass};
 use gpu_select::{
-    Algorithm, BackendKind, DeviceBuffer, Gpu, InputFilter, KeyTransform, Keys, KnnPrecision, Metric,
-    MultiselectAlgorithm, Order, QuantileOptions, RowsKernelFamily, SampleSelectPolicy, SelectAlgorithm,
-    SelectKey, SelectOptions, TopK, TopKOptions, TopKOut, TopKPlan, Tuning, Vectors,
+    Algorithm, BackendKind, DeviceBuffer, FlatIndex, Gpu, InputFilter, KeyTransform, Keys, KnnPrecision,
+    Metric, MultiselectAlgorithm, Order, QuantileOptions, RowsKernelFamily, SampleSelectPolicy,
+    SelectAlgorithm, SelectKey, SelectOptions, TopK, TopKOptions, TopKOut, TopKPlan, Tuning, Vectors,
 };
 
 /// One measured case of the summary.
@@ -676,8 +676,20 @@ fn bench_knn(gpu: &Gpu, cases: &mut Vec<Case>) {
     };
     let (index_tf32, index_tf32x3) =
         (with_precision(KnnPrecision::Tf32Reranked), with_precision(KnnPrecision::Tf32x3Reranked));
-    for (tensor_index, label) in [(&index_tf32, "tf32"), (&index_tf32x3, "split tf32")] {
-        for k in [1, 10, 100, 1000] {
+    // TF32 filtered (the default where it pays) beside TF32's written tiles at k = 1000,
+    // where its proof holds on this data.
+    let index_tf32_tiles = tiles
+        .flat_index(Vectors::new(&base, base_count, dim).unwrap(), Metric::L2)
+        .unwrap()
+        .with_precision(KnnPrecision::Tf32Reranked)
+        .unwrap();
+    let tensor_runs: [(&FlatIndex<'_>, &str, &[usize]); 3] = [
+        (&index_tf32, "tf32", &[1, 10, 100, 1000]),
+        (&index_tf32_tiles, "tf32 tiles", &[1000]),
+        (&index_tf32x3, "split tf32", &[1, 10, 100, 1000]),
+    ];
+    for (tensor_index, label, ks) in tensor_runs {
+        for &k in ks {
             let part = Vectors::new(&queries, query_count, dim).unwrap();
             let unproven = knn_unproven(tensor_index, &part, k).unwrap();
             let ms = median_of_long_calls(

@@ -935,3 +935,49 @@ fn the_filtered_search_equals_the_tiles_bit_for_bit() {
         }
     }
 }
+
+#[test]
+fn the_tf32_filtered_search_equals_the_f32_search_bit_for_bit() {
+    // The TF32 filter keeps every pair within its query's bound widened by TF32's margin; the
+    // candidates that can be among the nearest get their exact distances: the results are
+    // the f32 search's, ties included. A base of three repeated vectors overflows every row
+    // and is searched again.
+    let gpu = gpu();
+    let mut rng = StdRng::seed_from_u64(43);
+    let (queries_count, base_count, dim, ks) = if on_emulator(&gpu) {
+        (40, 8000, 7, &[1usize, 5, 10, 16][..])
+    } else {
+        (300, 40_000, 24, &[1usize, 5, 10, 64][..])
+    };
+    let base = clustered_vectors(&mut rng, base_count, dim, 12);
+    let mut queries = base[..queries_count / 2 * dim].to_vec();
+    queries.extend(clustered_vectors(&mut rng, queries_count - queries_count / 2, dim, 12));
+    let repeated: Vec<f32> =
+        (0..base_count).flat_map(|i| base[(i % 3) * dim..(i % 3 + 1) * dim].to_vec()).collect();
+    let (q, b, r) =
+        (gpu.upload(&queries).unwrap(), gpu.upload(&base).unwrap(), gpu.upload(&repeated).unwrap());
+    let query_set = || Vectors::new(&q, queries_count, dim).unwrap();
+    for metric in [Metric::L2, Metric::InnerProduct, Metric::Cosine] {
+        for &k in ks {
+            for (data, overflows) in [(&b, false), (&r, true)] {
+                let vectors = || Vectors::new(data, base_count, dim).unwrap();
+                let exact = gpu.flat_index(vectors(), metric).unwrap();
+                let tf32 = gpu
+                    .flat_index(vectors(), metric)
+                    .unwrap()
+                    .with_precision(KnnPrecision::Tf32Reranked)
+                    .unwrap();
+                let what = format!("{metric:?} k={k} repeated {overflows}");
+                assert!(tf32.plan_search(queries_count, k).unwrap().filters(), "{what}");
+                let again = diagnostics::knn_unproven(&tf32, &query_set(), k).unwrap();
+                let expected = if overflows { queries_count } else { 0 };
+                assert_eq!(again, expected, "{what}: queries searched again");
+                let found = download(&gpu, &tf32.search(query_set(), k).unwrap());
+                let whole = download(&gpu, &exact.search(query_set(), k).unwrap());
+                assert_eq!(found.1, whole.1, "{what}: indices");
+                let bits = |d: &[f32]| d.iter().map(|d| d.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&found.0), bits(&whole.0), "{what}: distances");
+            }
+        }
+    }
+}

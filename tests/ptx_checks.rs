@@ -86,8 +86,14 @@ fn every_table_kernel_is_exported_with_the_host_parameter_size() {
                 _ if name.starts_with("knn_distance_tile_") => {
                     size_of::<gpu_select_kernels::knn::tile::DistanceTileParams<f32>>()
                 }
+                _ if name.starts_with("knn_distance_filter_tf32_") => {
+                    size_of::<gpu_select_kernels::knn::tensor::Tf32FilterParams<f32>>()
+                }
                 _ if name.starts_with("knn_distance_filter_") => {
                     size_of::<gpu_select_kernels::knn::tile::DistanceFilterParams<f32>>()
+                }
+                _ if name.starts_with("knn_rerank_candidates_") => {
+                    size_of::<gpu_select_kernels::knn::tensor::RerankCandidatesParams<f32>>()
                 }
                 _ if name.starts_with("knn_rerank_") => {
                     size_of::<gpu_select_kernels::knn::tensor::RerankParams<f32>>()
@@ -110,7 +116,8 @@ fn kernels_carry_their_launch_bounds() {
     // (xtask's LAUNCH_BOUNDS): four with 32-bit keys, three with 16-bit keys and 64-bit
     // integers, and `f64` only its block size; the radix select's filter with 32- and 16-bit
     // keys the two blocks its host plan launches per multiprocessor (64-bit keys: none); the
-    // k-NN filtered product the two blocks of the plain distance tile.
+    // k-NN filtered products and the TF32 tile (not split) the two blocks of the plain distance
+    // tile.
     use gpu_select_kernels::knn::tile::DISTANCE_THREADS;
     use gpu_select_kernels::select::sample::SAMPLE_SORT_THREADS;
     use gpu_select_kernels::topk::radix::RADIX_THREADS;
@@ -136,7 +143,7 @@ fn kernels_carry_their_launch_bounds() {
             && !key.ends_with("64")
         {
             format!(".maxntid {RADIX_THREADS}, 1, 1\n.minnctapersm 2\n{{")
-        } else if name.starts_with("knn_distance_filter_") {
+        } else if name.starts_with("knn_distance_filter_") || name.starts_with("knn_distance_tile_tf32_") {
             format!(".maxntid {DISTANCE_THREADS}, 1, 1\n.minnctapersm 2\n{{")
         } else {
             String::new()
@@ -234,13 +241,17 @@ fn longest_run_of_loads(body: &str) -> usize {
 
 /// The kernels allowed to use local memory: batched top-k queues of more than 1024 keys
 /// (`q64`, 2048 pairs per warp: 192 registers per lane for 32-bit keys before any
-/// temporaries), and the k-NN filtered product, which keeps the plain distance tile's 128
-/// registers (two blocks a multiprocessor) and may spill a word in its epilogue (4 bytes
-/// stored and loaded, on one of the two architectures).
+/// temporaries), and the k-NN filtered products and the TF32 tile, which keep the plain
+/// distance tile's 128 registers (two blocks a multiprocessor) and may spill a few words
+/// (the `f32` filter 4 bytes on sm_90; with `f32` vectors, the TF32 filter 32 bytes and
+/// the TF32 tile 20 stored, 236 loaded: 5.62–5.70 ms a query tile where one block of 151
+/// registers took 8.13, H200 runs 344 and 346).
 /// Everything else, every queue of k ≤ 1024 for every key width included (64-bit keys at
 /// k = 1024: 216 registers on sm_80), must stay in registers.
 fn may_use_local_memory(kernel: &str) -> bool {
-    kernel.starts_with("top_k_rows_q64_") || kernel.starts_with("knn_distance_filter_")
+    kernel.starts_with("top_k_rows_q64_")
+        || kernel.starts_with("knn_distance_filter_")
+        || kernel.starts_with("knn_distance_tile_tf32_")
 }
 
 #[test]

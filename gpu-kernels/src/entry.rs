@@ -14,8 +14,10 @@ use crate::key::Key;
 use crate::knn::norms::{NormsParams, squared_norms_bf16, squared_norms_f16, squared_norms_f32};
 use crate::knn::place::{PlaceParams, place_neighbours};
 use crate::knn::tensor::{
-    RerankParams, distance_tile_tf32_bf16, distance_tile_tf32_f16, distance_tile_tf32_f32,
-    distance_tile_tf32x3_f32, rerank_bf16, rerank_f16, rerank_f32,
+    RerankCandidatesParams, RerankParams, Tf32FilterParams, distance_filter_tf32_bf16,
+    distance_filter_tf32_f16, distance_filter_tf32_f32, distance_tile_tf32_bf16, distance_tile_tf32_f16,
+    distance_tile_tf32_f32, distance_tile_tf32x3_f32, rerank_bf16, rerank_candidates_bf16,
+    rerank_candidates_f16, rerank_candidates_f32, rerank_f16, rerank_f32,
 };
 use crate::knn::tile::{
     DistanceFilterParams, DistanceTileParams, distance_filter_bf16, distance_filter_f16, distance_filter_f32,
@@ -303,12 +305,26 @@ crate::__kernel_table! {
         /// k-NN: a tile of approximate distances of `f32` vectors on the tensor cores, split
         /// TF32 (three products per pair).
         KNN_DISTANCE_TILE_TF32X3_F32 = knn_distance_tile_tf32x3_f32(DistanceTileParams<f32>) => distance_tile_tf32x3_f32;
+        /// k-NN: the pairs of `f32` vectors within each query's bound widened by TF32's
+        /// margin, as candidates (the TF32 tile's product, no tile written).
+        KNN_DISTANCE_FILTER_TF32_F32 = knn_distance_filter_tf32_f32(Tf32FilterParams<f32>) => distance_filter_tf32_f32;
+        /// k-NN: the TF32 filter of binary16 vectors.
+        KNN_DISTANCE_FILTER_TF32_F16 = knn_distance_filter_tf32_f16(Tf32FilterParams<F16Bits>) => distance_filter_tf32_f16;
+        /// k-NN: the TF32 filter of bfloat16 vectors.
+        KNN_DISTANCE_FILTER_TF32_BF16 = knn_distance_filter_tf32_bf16(Tf32FilterParams<Bf16Bits>) => distance_filter_tf32_bf16;
         /// k-NN: the candidates' exact `f32` distances, `f32` vectors.
         KNN_RERANK_F32 = knn_rerank_f32(RerankParams<f32>) => rerank_f32;
         /// k-NN: the candidates' exact `f32` distances, binary16 vectors.
         KNN_RERANK_F16 = knn_rerank_f16(RerankParams<F16Bits>) => rerank_f16;
         /// k-NN: the candidates' exact `f32` distances, bfloat16 vectors.
         KNN_RERANK_BF16 = knn_rerank_bf16(RerankParams<Bf16Bits>) => rerank_bf16;
+        /// k-NN: the TF32 filter's candidates that can be among the nearest, with their
+        /// exact `f32` distances' keys, `f32` vectors.
+        KNN_RERANK_CANDIDATES_F32 = knn_rerank_candidates_f32(RerankCandidatesParams<f32>) => rerank_candidates_f32;
+        /// k-NN: the TF32 filter's candidates re-ranked, binary16 vectors.
+        KNN_RERANK_CANDIDATES_F16 = knn_rerank_candidates_f16(RerankCandidatesParams<F16Bits>) => rerank_candidates_f16;
+        /// k-NN: the TF32 filter's candidates re-ranked, bfloat16 vectors.
+        KNN_RERANK_CANDIDATES_BF16 = knn_rerank_candidates_bf16(RerankCandidatesParams<Bf16Bits>) => rerank_candidates_bf16;
         /// k-NN: neighbours moved into their rows (offsets, signs, a graph's own index).
         KNN_PLACE = knn_place(PlaceParams) => place_neighbours;
         /// Probe of thread, block and grid indices.

@@ -120,7 +120,7 @@ pub struct Tuning {
     /// a quarter and a half of one; a base whose full chunk would be below 1/32 of this is
     /// copied whole. 256 MiB.
     pub knn_stream_chunk_bytes: usize,
-    /// k-NN in `f32` ([`KnnPrecision::F32`](crate::KnnPrecision::F32)): whether a search
+    /// k-NN in `f32` ([`KnnPrecision::F32`](crate::KnnPrecision::F32)) and TF32: whether a search
     /// filters its distances as the product makes them (true) rather than writing every
     /// distance tile and selecting from it. A probe of the base (every `s`-th vector, about
     /// `√(base · k)` of them) gives each query a bound its `k` nearest lie within; the
@@ -129,7 +129,9 @@ pub struct Tuning {
     /// again unfiltered. Taken where the rows of candidates stay small (at most a quarter of
     /// the base, `k ≤ 2048`), for searches and not for graphs or streamed bases. On
     /// SIFT1M's shape (H200, run 343) 15.5–18.2 % faster than writing the tiles at k = 1 …
-    /// 1000: on.
+    /// 1000: on. Also the TF32 search's
+    /// ([`KnnPrecision::Tf32Reranked`](crate::KnnPrecision::Tf32Reranked)): its product on
+    /// the tensor cores keeps the pairs within the bound widened by TF32's error bound.
     pub knn_filter: bool,
     /// SBP top-k: the cutoff of a pass (the most candidates a tile keeps) is `k` plus this
     /// percentage of `k`, rounded up to a power of two (50). A larger cutoff lets a tile

@@ -454,6 +454,21 @@ pub fn fma_f32(a: f32, b: f32, c: f32) -> f32 {
     backend::fma_f32(a, b, c)
 }
 
+/// `a · b + c` rounded once, upwards (`fma.rp.f32`): never less than the exact value, so
+/// that a bound built from non-negative terms stays a bound. The emulator computes it in
+/// `f64` and rounds up, one `f32` step further where the `f64` result lands on an `f32`
+/// (never less than the GPU's, possibly one step more). *Any thread.*
+#[inline(always)]
+pub fn fma_up_f32(a: f32, b: f32, c: f32) -> f32 {
+    backend::fma_up_f32(a, b, c)
+}
+
+/// `√value` rounded upwards (`sqrt.rp.f32`; the emulator as [`fma_up_f32`]). *Any thread.*
+#[inline(always)]
+pub fn sqrt_up_f32(value: f32) -> f32 {
+    backend::sqrt_up_f32(value)
+}
+
 /// `count + 1` where `value ≥ bound`, else `count`, for `bound ≥ 1` (a `bound` of 0 adds
 /// nothing): the carry of `value + (2^32 − bound)` added to the count (`add.cc.u32`,
 /// `addc.u32`; two instructions where `count += (value >= bound) as u32` compiles to a

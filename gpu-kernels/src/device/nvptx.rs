@@ -189,6 +189,29 @@ pub fn sqrt_f32(value: f32) -> f32 {
 pub fn fma_f32(a: f32, b: f32, c: f32) -> f32 {
     unsafe { llvm_fma_f32(a, b, c) }
 }
+#[inline(always)]
+pub fn fma_up_f32(a: f32, b: f32, c: f32) -> f32 {
+    let d: f32;
+    unsafe {
+        asm!(
+            "fma.rp.f32 {d}, {a}, {b}, {c};",
+            d = out(reg32) d,
+            a = in(reg32) a,
+            b = in(reg32) b,
+            c = in(reg32) c,
+            options(pure, nomem, nostack)
+        )
+    };
+    d
+}
+#[inline(always)]
+pub fn sqrt_up_f32(value: f32) -> f32 {
+    let root: f32;
+    unsafe {
+        asm!("sqrt.rp.f32 {root}, {value};", root = out(reg32) root, value = in(reg32) value, options(pure, nomem, nostack))
+    };
+    root
+}
 // Each pair in one `asm!`, so that nothing comes between the instruction that writes the
 // carry flag and the one that reads it.
 #[inline(always)]

@@ -1,27 +1,45 @@
 //! A tile of distances on the tensor cores: the product of [`tile`](super::tile)'s kernel
 //! with TF32 inputs (`mma.sync.m16n8k8`, `f32` accumulation), finished by the same epilogue
 //! ([`super::tile_distance`]). Its distances are approximations: the search keeps more
-//! candidates than asked for and re-ranks them exactly ([`rerank`]).
+//! candidates than asked for and re-ranks them exactly ([`rerank`], [`rerank_candidates`]).
 //!
-//! The block, its grid and its staging are [`tile`](super::tile)'s: [`TILE`]` × `[`TILE`]
-//! distances per block of [`DISTANCE_THREADS`] threads, two shared-memory stages
-//! (component-major), the next step's components prefetched into registers; but a step is
-//! [`TENSOR_DEPTH`] components (16-byte loads of `f32` vectors), so that the products of a
-//! step hide the round trip of the next one's loads. The staged values are rounded to TF32
-//! once, as they are stored. Each of the 8 warps computes a 64 × 32 part of the tile as 4 × 4
-//! products of 16 × 8, each step 32 `mma` over its 16 components. A stage's rows are padded
-//! to [`TILE`]` + 8` words, so that the fragment loads (lane `4g + t` reads component `t` or
-//! `t + 4` of vector `g` or `g + 8`) fall in 32 different banks.
+//! The block and its grid are [`tile`](super::tile)'s: [`TILE`]` × `[`TILE`] distances per
+//! block of [`DISTANCE_THREADS`] threads, two shared-memory stages, the next step's
+//! components prefetched into registers; a step is [`TENSOR_DEPTH`] components (16-byte
+//! loads of `f32` vectors), rounded to TF32 once, as they are stored. Each of the 8 warps
+//! computes a 64 × 32 part of the tile as 4 × 4 products of 16 × 8, each step 32 `mma` over
+//! its 16 components.
+//!
+//! The products take the components in an order of their own: an `mma`'s `k` index is any
+//! order of the components, as long as A and B agree. Lane `4g + t` feeds `k = t` and
+//! `k = t + 4` of both `mma` of a step, so it is given components `4t … 4t + 3` (`k = t`
+//! and `t + 4` of the first `mma` are components `4t` and `4t + 1`, of the second `4t + 2`
+//! and `4t + 3`). The base's stage holds each vector's 16 components side by side
+//! (vector-major, as the vectors lie in memory): one 16-byte shared load is a lane's B
+//! fragments of both `mma`. The queries' stage interleaves the rows `g` and `g + 8` of each
+//! 16-row block as the A fragment lays them out (`[x_g(c), x_{g+8}(c), x_g(c + 1),
+//! x_{g+8}(c + 1)]`), written so by the thread that stages both rows: one 16-byte load is
+//! a lane's whole A fragment, in the registers the `mma` reads (no moves). Where the PTX
+//! layouts' component-major stage took six loads of one word per fragment pair, these take
+//! one or two, and a quarter of a warp reads 128 contiguous bytes: no bank conflict.
 //!
 //! TF32 keeps 10 of `f32`'s 23 mantissa bits (each input within a relative `2^-11`), so a
 //! dot product's error is up to about `2^-10 · ‖x‖ ‖y‖`: the bound the re-ranking proves its
 //! candidates by (`host/src/engine/knn.rs`). Split TF32 (`SPLIT`, "3xTF32") also stages each
 //! value's remainder `lo = tf32(x − hi)` and sums `lo·hi + hi·lo + hi·hi`: each value then
 //! within `2^-22`, three times the products for a bound about a thousand times tighter.
+//!
+//! The filtered form ([`distance_filter_tf32`], `knn_distance_filter_tf32_<storage>`) runs
+//! the TF32 product and writes no tile: as the `f32` filter ([`super::tile::FilterTarget`]),
+//! it keeps each pair within its query's bound, here the bound widened by the most a TF32
+//! distance can lie below the `f32` one ([`Margin`]), so that every pair the `f32` filter
+//! would keep is kept; [`rerank_candidates`] then gives the pairs that can still be among
+//! the nearest their exact distances.
 
-use super::tile::{DISTANCE_THREADS, DistanceTileParams, Four, TILE};
+use super::tile::{DISTANCE_THREADS, DistanceFilterParams, DistanceTileParams, FilterTarget, Four, TILE};
 use super::{Bf16Bits, Component, F16Bits, Metric, tile_distance};
 use crate::device::{self, SharedLayout, SharedRegion};
+use crate::key::Key;
 use crate::params::GlobalPtr;
 use crate::topk::bitonic::NO_INDEX;
 
@@ -29,11 +47,8 @@ use crate::topk::bitonic::NO_INDEX;
 /// round trip of the prefetched loads and each barrier carry twice the products of the f32
 /// kernel's depth.
 pub const TENSOR_DEPTH: usize = 16;
-/// Components a thread stages per vector and step: half a step, two 16-byte loads of `f32`.
-const STAGED: usize = TENSOR_DEPTH / 2;
-/// Words from one component's row of a stage to the next: [`TILE`] and 8 of padding, so that
-/// the fragment loads (lane `4g + t` reads row `t`, column `g`) fall in 32 banks (`8t + g`).
-const ROW: usize = TILE as usize + 8;
+/// 16-byte chunks of a vector per stage.
+const CHUNKS: usize = TENSOR_DEPTH / 4;
 /// Shared-memory stages.
 const STAGES: usize = 2;
 /// Rows (queries) of a warp's part of the tile.
@@ -44,16 +59,34 @@ const WARP_COLUMNS: usize = 32;
 const M_TILES: usize = WARP_ROWS / 16;
 /// 8-column products per warp part.
 const N_TILES: usize = WARP_COLUMNS / 8;
+/// Vectors of a tile one thread stages per step (of each set): two (base: 64 apart; queries:
+/// rows `g` and `g + 8` of a 16-row block).
+const STAGED_VECTORS: usize = TILE as usize * CHUNKS / DISTANCE_THREADS as usize;
+/// 16-byte words of one stage of one set.
+const STAGE_FOURS: usize = TILE as usize * CHUNKS;
 const _: () = assert!(
     (TILE as usize / WARP_ROWS) * (TILE as usize / WARP_COLUMNS) * 32 == DISTANCE_THREADS as usize,
     "the warps' parts cover the tile"
 );
+const _: () = assert!(M_TILES == 4 && N_TILES == 4 && STAGED_VECTORS == 2, "the unrolled lists below");
 
-/// The shared memory of the kernel: both tiles' stages as TF32 bits, component-major, rows
-/// padded.
+/// Runs `$body` for `$i` in the literal list, unrolled in the source (so that the
+/// accumulators are indexed by constants and stay in registers).
+macro_rules! unroll {
+    ([$($n:literal)*] $i:ident => $body:block) => {{
+        $({
+            let $i: usize = $n;
+            $body
+        })*
+    }};
+}
+
+/// The shared memory of the kernels: both tiles' stages as TF32 bits (module docs), and the
+/// filter's rows and columns.
 #[derive(Clone, Copy, Debug)]
 pub struct Tf32TileLayout {
-    /// The queries' stages: `STAGES × TENSOR_DEPTH` rows of `ROW` words.
+    /// The queries' stages: `STAGES × TILE × TENSOR_DEPTH` words, rows interleaved as the A
+    /// fragments read them.
     pub queries: SharedRegion<u32>,
     /// The base vectors' stages, alike.
     pub base: SharedRegion<u32>,
@@ -61,72 +94,171 @@ pub struct Tf32TileLayout {
     pub queries_low: SharedRegion<u32>,
     /// Split TF32: the base vectors' remainders.
     pub base_low: SharedRegion<u32>,
+    /// The filter: each row's squared norm and widened bound, each column's squared norm
+    /// ([`TILE`] each), read at the block's start.
+    pub row_norms: SharedRegion<f32>,
+    /// (See `row_norms`.)
+    pub row_bounds: SharedRegion<f32>,
+    /// (See `row_norms`.)
+    pub column_norms: SharedRegion<f32>,
     /// Bytes to ask for at launch.
     pub bytes: usize,
 }
 
 impl Tf32TileLayout {
-    /// The layout of one TF32 product per pair (`split` false) or three.
-    pub const fn new(split: bool) -> Self {
-        let stage_words = STAGES * TENSOR_DEPTH * ROW;
+    /// The layout of one TF32 product per pair (`split` false) or three, of the tile
+    /// (`filter` false) or the filter.
+    pub const fn new(split: bool, filter: bool) -> Self {
+        let stage_words = STAGES * TENSOR_DEPTH * TILE as usize;
         let low_words = if split { stage_words } else { 0 };
+        let edge = if filter { TILE as usize } else { 0 };
         let (layout, queries) = SharedLayout::new().push::<u32>(stage_words);
         let (layout, base) = layout.push::<u32>(stage_words);
         let (layout, queries_low) = layout.push::<u32>(low_words);
         let (layout, base_low) = layout.push::<u32>(low_words);
-        Self { queries, base, queries_low, base_low, bytes: layout.bytes() }
+        let (layout, row_norms) = layout.push::<f32>(edge);
+        let (layout, row_bounds) = layout.push::<f32>(edge);
+        let (layout, column_norms) = layout.push::<f32>(edge);
+        Self {
+            queries,
+            base,
+            queries_low,
+            base_low,
+            row_norms,
+            row_bounds,
+            column_norms,
+            bytes: layout.bytes(),
+        }
     }
 }
 
-/// This thread's [`STAGED`] components of one vector from component `first` on, widened to
-/// `f32`: zeros past the dimension or past the tile's last vector (`count`); two 16-byte
-/// loads when `aligned` (`f32` vectors starting on 16 bytes) and the components are all
-/// there.
+/// Four components of one vector from component `first` on, widened to `f32`: zeros past
+/// the dimension or past the tile's last vector (`count`); one 16-byte load when `aligned`
+/// (`f32` vectors starting on 16 bytes) and all four are there.
 ///
 /// # Safety
 /// Every component named inside `vectors`.
 #[inline(always)]
-unsafe fn load_staged<S: Component>(
+unsafe fn load_chunk<S: Component>(
     vectors: GlobalPtr<S>,
     (stride, count, dim): (u64, u64, u64),
     vector: u64,
     first: u64,
     aligned: bool,
-) -> [f32; STAGED] {
-    let mut values = [0.0f32; STAGED];
+) -> Four {
+    let mut values = Four::default();
     if vector < count {
         let at = vectors.offset(vector * stride + first);
-        if aligned && first + STAGED as u64 <= dim {
-            // `S` is `f32` here (4 bytes, the only such component).
-            let fours = at.as_ptr() as *const Four;
-            let (low, high) = unsafe { (fours.read(), fours.add(1).read()) };
-            values[..4].copy_from_slice(&low.0);
-            values[4..].copy_from_slice(&high.0);
-        } else {
-            for (j, value) in values.iter_mut().enumerate() {
-                if first + (j as u64) < dim {
-                    *value = unsafe { at.read(j as u64) }.to_f32();
-                }
+        if aligned && first + 4 <= dim {
+            // `S` is `f32` here (4 bytes, the only such component). One `ld.global.v4`: a
+            // plain read was split into four generic loads of a word (H200 run 345, `ncu`).
+            let words = unsafe { device::load_global_v4(at.as_ptr() as *const u32) };
+            return Four(words.map(f32::from_bits));
+        }
+        for (j, value) in values.0.iter_mut().enumerate() {
+            if first + (j as u64) < dim {
+                *value = unsafe { at.read(j as u64) }.to_f32();
             }
         }
     }
     values
 }
 
+/// Four TF32 values (their bits), one 16-byte shared access.
+#[repr(C, align(16))]
+#[derive(Clone, Copy, Debug, Default)]
+struct Tf32Four([u32; 4]);
+
 /// Two neighbouring distances, one 8-byte access.
 #[repr(C, align(8))]
 #[derive(Clone, Copy, Debug, Default)]
 struct Two([f32; 2]);
 
+/// How far a TF32 distance may lie below the `f32` distance of the same pair, for a query of
+/// squared norm `n`: `per_length · √n + per_norm · n + constant`, every term non-negative
+/// and every operation rounded up (the host's `KnnPrecision::error_bound`, with the base's
+/// largest norm, in the form the kernels evaluate).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Margin {
+    /// Times the query's length.
+    pub per_length: f32,
+    /// Times the query's squared norm.
+    pub per_norm: f32,
+    /// Added.
+    pub constant: f32,
+    /// Keeps the struct free of implicit padding (set to 0).
+    pub reserved: f32,
+}
+
+impl Margin {
+    /// `value + times · margin(norm)`, rounded up (NaN where either is NaN; infinite where
+    /// the margin is).
+    #[inline(always)]
+    pub fn widen(&self, value: f32, norm: f32, times: f32) -> f32 {
+        let margin = device::fma_up_f32(
+            self.per_length,
+            device::sqrt_up_f32(norm),
+            device::fma_up_f32(self.per_norm, norm, self.constant),
+        );
+        device::fma_up_f32(times, margin, value)
+    }
+}
+
+/// Parameters of `knn_distance_filter_tf32_<storage>`: the `f32` filter's, and the margin
+/// its bounds are widened by.
+#[repr(C)]
+#[derive(Debug)]
+pub struct Tf32FilterParams<S> {
+    /// The product and where its candidates go (the query norms are read for the margin
+    /// under every metric).
+    pub filter: DistanceFilterParams<S>,
+    /// Added to each query's bound.
+    pub margin: Margin,
+}
+
+impl<S> Clone for Tf32FilterParams<S> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<S> Copy for Tf32FilterParams<S> {}
+
 /// The `knn_distance_tile_tf32_<storage>` kernel (module docs).
 ///
 /// # Safety
 /// As [`super::tile::distance_tile`], with [`Tf32TileLayout::bytes`] of shared memory.
+#[inline(always)]
+pub unsafe fn distance_tile_tf32<S: Component, const SPLIT: bool>(params: DistanceTileParams<S>) {
+    unsafe { tf32_product::<S, SPLIT, false>(params, FilterTarget::NONE, Margin::default()) }
+}
+
+/// The `knn_distance_filter_tf32_<storage>` kernel (module docs): [`distance_tile_tf32`]'s
+/// product, each query's pairs within its bound widened by `params.margin` kept as
+/// candidates (their TF32 distances' ranks and base indices).
+///
+/// # Safety
+/// As [`super::tile::distance_filter`], with [`Tf32TileLayout::bytes`] of shared memory and
+/// the queries' norms under every metric.
+#[inline(always)]
+pub unsafe fn distance_filter_tf32<S: Component>(params: Tf32FilterParams<S>) {
+    unsafe { tf32_product::<S, false, true>(params.filter.tile, params.filter.target, params.margin) }
+}
+
+/// The product of both TF32 kernels; the epilogue writes the tile or, `FILTER`, keeps
+/// candidates.
+///
+/// # Safety
+/// As [`distance_tile_tf32`] or [`distance_filter_tf32`].
 // Fragment and accumulator arrays are indexed by position (row tile, column tile), as the
 // PTX ISA lays them out: plain ranges read best here.
 #[allow(clippy::needless_range_loop)]
 #[inline(always)]
-pub unsafe fn distance_tile_tf32<S: Component, const SPLIT: bool>(params: DistanceTileParams<S>) {
+unsafe fn tf32_product<S: Component, const SPLIT: bool, const FILTER: bool>(
+    params: DistanceTileParams<S>,
+    target: FilterTarget,
+    margin: Margin,
+) {
     let metric = Metric::from_raw(params.metric);
     let thread = device::thread_idx_x() as usize;
     let (warp, lane) = (thread / 32, thread % 32);
@@ -142,12 +274,23 @@ pub unsafe fn distance_tile_tf32<S: Component, const SPLIT: bool>(params: Distan
     let query_count = params.query_count - query_start.min(params.query_count);
     let base_count = params.base_count - base_start.min(params.base_count);
 
-    let layout = Tf32TileLayout::new(SPLIT);
-    let (query_words, base_words) = unsafe { (layout.queries.bind(), layout.base.bind()) };
-    let (query_lows, base_lows) = unsafe { (layout.queries_low.bind(), layout.base_low.bind()) };
+    let layout = Tf32TileLayout::new(SPLIT, FILTER);
+    let fours = |region: SharedRegion<u32>| unsafe { region.cast::<Tf32Four>().bind() };
+    let (query_words, base_words) = (fours(layout.queries), fours(layout.base));
+    let (query_lows, base_lows) = (fours(layout.queries_low), fours(layout.base_low));
 
-    // The vector this thread stages, and which half of the step's components.
-    let (staged_vector, staged_half) = ((thread / 2) as u64, thread % 2);
+    // This thread stages chunk `staged_chunk` (components 4c … 4c + 3 of the step) of base
+    // vectors `staged_vector` and `staged_vector + 64`, and of query rows `g` and `g + 8` of
+    // 16-row block `staged_block` (`staged_row` the first): a quarter of a warp writes 128
+    // contiguous bytes of each stage.
+    let (staged_vector, staged_chunk) = ((thread / CHUNKS) as u64, thread % CHUNKS);
+    const SECOND: u64 = (DISTANCE_THREADS as usize / CHUNKS) as u64;
+    let (staged_block, staged_g) = (thread / CHUNKS / 8, thread / CHUNKS % 8);
+    let staged_row = (staged_block * 16 + staged_g) as u64;
+    // The A fragment of row block `block`, depth `depth`, for lane (g, t): its 16-byte word.
+    let a_at = |stage: usize, block: usize, depth: usize, g: usize, t: usize| {
+        stage * STAGE_FOURS + ((block * 2 + depth) * 8 + g) * CHUNKS + t
+    };
     // 16-byte loads where every vector of both sets starts on 16 bytes.
     let vectors_aligned = size_of::<S>() == 4
         && queries.address().is_multiple_of(16)
@@ -155,26 +298,76 @@ pub unsafe fn distance_tile_tf32<S: Component, const SPLIT: bool>(params: Distan
         && params.query_stride.is_multiple_of(4)
         && params.base_stride.is_multiple_of(4);
     let stage_load = |step: u64| unsafe {
-        let first = step * TENSOR_DEPTH as u64 + (staged_half * STAGED) as u64;
-        let load = |vectors, stride, count| {
-            load_staged(vectors, (stride, count, params.dim), staged_vector, first, vectors_aligned)
+        let first = step * TENSOR_DEPTH as u64 + (staged_chunk * 4) as u64;
+        let load = |vectors, stride, count, vector| {
+            load_chunk(vectors, (stride, count, params.dim), vector, first, vectors_aligned)
         };
-        (load(queries, params.query_stride, query_count), load(base, params.base_stride, base_count))
+        let (qs, bs) = ((params.query_stride, query_count), (params.base_stride, base_count));
+        [
+            load(queries, qs.0, qs.1, staged_row),
+            load(queries, qs.0, qs.1, staged_row + 8),
+            load(base, bs.0, bs.1, staged_vector),
+            load(base, bs.0, bs.1, staged_vector + SECOND),
+        ]
     };
-    let stage_store = |stage: usize, (query_part, base_part): ([f32; STAGED], [f32; STAGED])| unsafe {
-        for j in 0..STAGED {
-            let at = (stage * TENSOR_DEPTH + staged_half * STAGED + j) * ROW + staged_vector as usize;
-            let (query_high, base_high) =
-                (device::f32_to_tf32(query_part[j]), device::f32_to_tf32(base_part[j]));
-            query_words.store(at, query_high);
-            base_words.store(at, base_high);
+    // TF32 bits of `values` and, with SPLIT, of their remainders (exact in f32: hi holds
+    // x's leading bits), rounded to TF32.
+    let round = |values: [f32; 4]| {
+        let high = values.map(device::f32_to_tf32);
+        let mut low = [0u32; 4];
+        if SPLIT {
+            for j in 0..4 {
+                low[j] = device::f32_to_tf32(values[j] - f32::from_bits(high[j]));
+            }
+        }
+        (Tf32Four(high), Tf32Four(low))
+    };
+    let stage_store = |stage: usize, [row, row_8, first, second]: [Four; 4]| unsafe {
+        // The queries: rows g and g + 8 interleaved, one word per `mma` depth.
+        for depth in 0..2 {
+            let (k0, k1) = (2 * depth, 2 * depth + 1);
+            let (high, low) = round([row.0[k0], row_8.0[k0], row.0[k1], row_8.0[k1]]);
+            let at = a_at(stage, staged_block, depth, staged_g, staged_chunk);
+            query_words.store(at, high);
             if SPLIT {
-                // The remainder, exact in f32 (hi holds x's leading bits), rounded to TF32.
-                query_lows.store(at, device::f32_to_tf32(query_part[j] - f32::from_bits(query_high)));
-                base_lows.store(at, device::f32_to_tf32(base_part[j] - f32::from_bits(base_high)));
+                query_lows.store(at, low);
+            }
+        }
+        // The base, vector-major.
+        for (vector, chunk) in [(staged_vector, first), (staged_vector + SECOND, second)] {
+            let (high, low) = round(chunk.0);
+            let at = stage * STAGE_FOURS + vector as usize * CHUNKS + staged_chunk;
+            base_words.store(at, high);
+            if SPLIT {
+                base_lows.store(at, low);
             }
         }
     };
+
+    // The filter's rows and columns, read once while the first stage loads: each row's
+    // squared norm and bound widened by its margin, each column's squared norm.
+    let needs_norms = metric != Metric::InnerProduct;
+    let layout_edges =
+        unsafe { (layout.row_norms.bind(), layout.row_bounds.bind(), layout.column_norms.bind()) };
+    if FILTER {
+        let (row_norms, row_bounds, column_norms) = &layout_edges;
+        let edge = thread % TILE as usize;
+        if thread < TILE as usize {
+            let (mut norm, mut bound) = (0.0, f32::NAN);
+            if (edge as u64) < query_count {
+                let query = query_start + edge as u64;
+                norm = unsafe { params.query_norms.read(query) };
+                bound = margin.widen(unsafe { target.bounds.read(query) }, norm, 1.0);
+            }
+            unsafe { (row_norms.store(edge, norm), row_bounds.store(edge, bound)) };
+        } else {
+            let mut norm = 0.0;
+            if needs_norms && (edge as u64) < base_count {
+                norm = unsafe { params.base_norms.read(base_start + edge as u64) };
+            }
+            unsafe { column_norms.store(edge, norm) };
+        }
+    }
 
     let steps = params.dim.div_ceil(TENSOR_DEPTH as u64);
     let mut sums = [[[0.0f32; 4]; N_TILES]; M_TILES];
@@ -184,45 +377,34 @@ pub unsafe fn distance_tile_tf32<S: Component, const SPLIT: bool>(params: Distan
         let stage = (step % STAGES as u64) as usize;
         // The next step's loads are in flight while this one's products run.
         let next = if step + 1 < steps { Some(stage_load(step + 1)) } else { None };
-        for depth in 0..TENSOR_DEPTH / 8 {
-            // Rows t and t + 4 of this 8-deep slice of the stage.
-            let low = (stage * TENSOR_DEPTH + depth * 8 + t) * ROW;
-            let high = low + 4 * ROW;
-            // B's fragments for the warp's columns, then A's a row tile at a time (fewer
-            // registers held), each product into its accumulator: with SPLIT the small terms
-            // first (lo·hi, hi·lo), then hi·hi.
-            let b_at = |words: &crate::device::SharedSlice<u32>, n: usize| unsafe {
-                let column = warp_column + n * 8 + g;
-                [words.load(low + column), words.load(high + column)]
-            };
-            let a_at = |words: &crate::device::SharedSlice<u32>, m: usize| unsafe {
-                let row = warp_row + m * 16 + g;
-                [
-                    words.load(low + row),
-                    words.load(low + row + 8),
-                    words.load(high + row),
-                    words.load(high + row + 8),
-                ]
-            };
-            let mut b = [[0u32; 2]; N_TILES];
-            let mut b_low = [[0u32; 2]; N_TILES];
-            for n in 0..N_TILES {
-                b[n] = b_at(&base_words, n);
-                if SPLIT {
-                    b_low[n] = b_at(&base_lows, n);
-                }
+        // B's components for the warp's columns (both `mma` depths in one load), then for
+        // each depth A's fragment a row tile at a time, each product into its accumulator
+        // (an accumulator's two products 16 apart): with SPLIT the small terms first (lo·hi,
+        // hi·lo), then hi·hi.
+        let mut b = [Tf32Four::default(); N_TILES];
+        let mut b_low = [Tf32Four::default(); N_TILES];
+        for n in 0..N_TILES {
+            let at = stage * STAGE_FOURS + (warp_column + n * 8 + g) * CHUNKS + t;
+            b[n] = unsafe { base_words.load(at) };
+            if SPLIT {
+                b_low[n] = unsafe { base_lows.load(at) };
             }
+        }
+        for depth in 0..2 {
+            let (k0, k1) = (2 * depth, 2 * depth + 1);
             for m in 0..M_TILES {
-                let a = a_at(&query_words, m);
+                let at = a_at(stage, warp_row / 16 + m, depth, g, t);
+                let a = unsafe { query_words.load(at) }.0;
                 if SPLIT {
-                    let a_low = a_at(&query_lows, m);
+                    let a_low = unsafe { query_lows.load(at) }.0;
                     for n in 0..N_TILES {
-                        sums[m][n] = unsafe { device::mma_tf32_m16n8k8(a_low, b[n], sums[m][n]) };
-                        sums[m][n] = unsafe { device::mma_tf32_m16n8k8(a, b_low[n], sums[m][n]) };
+                        let (bn, bn_low) = ([b[n].0[k0], b[n].0[k1]], [b_low[n].0[k0], b_low[n].0[k1]]);
+                        sums[m][n] = unsafe { device::mma_tf32_m16n8k8(a_low, bn, sums[m][n]) };
+                        sums[m][n] = unsafe { device::mma_tf32_m16n8k8(a, bn_low, sums[m][n]) };
                     }
                 }
                 for n in 0..N_TILES {
-                    sums[m][n] = unsafe { device::mma_tf32_m16n8k8(a, b[n], sums[m][n]) };
+                    sums[m][n] = unsafe { device::mma_tf32_m16n8k8(a, [b[n].0[k0], b[n].0[k1]], sums[m][n]) };
                 }
             }
         }
@@ -233,8 +415,75 @@ pub unsafe fn distance_tile_tf32<S: Component, const SPLIT: bool>(params: Distan
     }
 
     // The epilogue: lane (g, t) holds rows g and g + 8, columns 2t and 2t + 1 of each product.
-    let needs_norms = metric != Metric::InnerProduct;
     let column_of = |n: usize| (warp_column + n * 8 + 2 * t) as u64;
+    if FILTER {
+        let (row_norms, row_bounds, column_norms) = &layout_edges;
+        let mut base_norm = [[0.0f32; 2]; N_TILES];
+        unroll!([0 1 2 3] n => {
+            unroll!([0 1] j => {
+                base_norm[n][j] = unsafe { column_norms.load(column_of(n) as usize + j) };
+            });
+        });
+        // As the f32 filter's epilogue (`super::tile`): each pair's distance and whether it
+        // is within its query's widened bound, branch-free and once per metric, as bits
+        // (row part `2m + half`, column part `2n + j`); then the kept ones appended by a
+        // loop over their bits, each distance picked from the registers by constant indices.
+        let mut columns_in = 0u32;
+        unroll!([0 1 2 3] n => {
+            unroll!([0 1] j => {
+                if column_of(n) + (j as u64) < base_count {
+                    columns_in |= 1 << (2 * n + j);
+                }
+            });
+        });
+        let mut kept = 0u64;
+        macro_rules! within_bounds {
+            ($metric:expr) => {
+                unroll!([0 1 2 3] m => {
+                    unroll!([0 1] half => {
+                        let row = (warp_row + m * 16 + g + 8 * half) as u64;
+                        if row < query_count {
+                            let query_norm = unsafe { row_norms.load(row as usize) };
+                            let bound = unsafe { row_bounds.load(row as usize) };
+                            unroll!([0 1 2 3] n => {
+                                unroll!([0 1] j => {
+                                    let value = &mut sums[m][n][2 * half + j];
+                                    *value = tile_distance($metric, *value, query_norm, base_norm[n][j]);
+                                    let within = (*value <= bound) as u64 & (columns_in >> (2 * n + j) & 1) as u64;
+                                    kept |= within << (16 * m + 8 * half + 2 * n + j);
+                                });
+                            });
+                        }
+                    });
+                })
+            };
+        }
+        match metric {
+            Metric::L2 => within_bounds!(Metric::L2),
+            Metric::InnerProduct => within_bounds!(Metric::InnerProduct),
+            Metric::Cosine => within_bounds!(Metric::Cosine),
+        }
+        while kept != 0 {
+            let bit = kept.trailing_zeros() as usize;
+            kept &= kept - 1;
+            let mut distance = 0.0f32;
+            unroll!([0 1 2 3] m => {
+                unroll!([0 1 2 3] n => {
+                    unroll!([0 1 2 3] e => {
+                        if bit == 16 * m + 8 * (e / 2) + 2 * n + e % 2 {
+                            distance = sums[m][n][e];
+                        }
+                    });
+                });
+            });
+            let (m, half, n, j) = (bit / 16, bit / 8 % 2, bit / 2 % 4, bit % 2);
+            let row = (warp_row + m * 16 + g + 8 * half) as u64;
+            unsafe {
+                target.keep(query_start + row, distance.to_ordered(), base_start + column_of(n) + j as u64)
+            };
+        }
+        return;
+    }
     let mut base_norm = [[0.0f32; 2]; N_TILES];
     if needs_norms {
         for n in 0..N_TILES {
@@ -311,6 +560,34 @@ pub unsafe fn distance_tile_tf32x3_f32(params: DistanceTileParams<f32>) {
     unsafe { distance_tile_tf32::<_, true>(params) }
 }
 
+/// [`distance_filter_tf32`] of `f32` vectors.
+///
+/// # Safety
+/// As [`distance_filter_tf32`].
+// Inlined into its entry, as the f32 filter's.
+#[inline(always)]
+pub unsafe fn distance_filter_tf32_f32(params: Tf32FilterParams<f32>) {
+    unsafe { distance_filter_tf32(params) }
+}
+
+/// [`distance_filter_tf32`] of binary16 vectors.
+///
+/// # Safety
+/// As [`distance_filter_tf32`].
+#[inline(always)]
+pub unsafe fn distance_filter_tf32_f16(params: Tf32FilterParams<F16Bits>) {
+    unsafe { distance_filter_tf32(params) }
+}
+
+/// [`distance_filter_tf32`] of bfloat16 vectors.
+///
+/// # Safety
+/// As [`distance_filter_tf32`].
+#[inline(always)]
+pub unsafe fn distance_filter_tf32_bf16(params: Tf32FilterParams<Bf16Bits>) {
+    unsafe { distance_filter_tf32(params) }
+}
+
 /// Threads per block of [`rerank`].
 pub const RERANK_THREADS: u32 = 256;
 
@@ -353,6 +630,51 @@ impl<S> Clone for RerankParams<S> {
 }
 impl<S> Copy for RerankParams<S> {}
 
+/// Whether every vector of both sets starts on 16 bytes (`f32` vectors only), so that
+/// [`exact_dot`] reads them four components at a time.
+#[inline(always)]
+fn vectors_aligned<S>(
+    queries: GlobalPtr<S>,
+    query_stride: u64,
+    base: GlobalPtr<S>,
+    base_stride: u64,
+) -> bool {
+    size_of::<S>() == 4
+        && queries.address().is_multiple_of(16)
+        && base.address().is_multiple_of(16)
+        && query_stride.is_multiple_of(4)
+        && base_stride.is_multiple_of(4)
+}
+
+/// `⟨x, y⟩` of `dim` components by the f32 tile's arithmetic: one `fma` per component, in
+/// component order, from 0 (so that a pair gets the bits the f32 search gives it); 16-byte
+/// loads where `aligned` ([`vectors_aligned`]), the same values in the same order.
+///
+/// # Safety
+/// Both vectors' `dim` components in bounds.
+#[inline(always)]
+unsafe fn exact_dot<S: Component>(x: GlobalPtr<S>, y: GlobalPtr<S>, dim: u64, aligned: bool) -> f32 {
+    let mut dot = 0.0f32;
+    let mut c = 0;
+    if aligned {
+        while c + 4 <= dim {
+            let (xs, ys) = unsafe {
+                ((x.offset(c).as_ptr() as *const Four).read(), (y.offset(c).as_ptr() as *const Four).read())
+            };
+            for j in 0..4 {
+                dot = device::fma_f32(xs.0[j], ys.0[j], dot);
+            }
+            c += 4;
+        }
+    }
+    while c < dim {
+        let (a, b) = unsafe { (x.read(c).to_f32(), y.read(c).to_f32()) };
+        dot = device::fma_f32(a, b, dot);
+        c += 1;
+    }
+    dot
+}
+
 /// The `knn_rerank_<storage>` kernel: the distance of each query to each of its candidates
 /// in `f32`, by the f32 tile kernel's arithmetic — one `fma` per component, in component
 /// order, from 0, then [`tile_distance`] — so that a candidate gets the distance the f32 search
@@ -365,6 +687,7 @@ impl<S> Copy for RerankParams<S> {}
 pub unsafe fn rerank<S: Component>(params: RerankParams<S>) {
     let metric = Metric::from_raw(params.metric);
     let needs_norms = metric != Metric::InnerProduct;
+    let aligned = vectors_aligned(params.queries, params.query_stride, params.base, params.base_stride);
     let mut row = device::block_idx_x() as u64;
     while row < params.rows {
         let query = params.queries.offset(row * params.query_stride);
@@ -377,11 +700,7 @@ pub unsafe fn rerank<S: Component>(params: RerankParams<S>) {
                 f32::NAN
             } else {
                 let vector = params.base.offset(index * params.base_stride);
-                let mut dot = 0.0f32;
-                for c in 0..params.dim {
-                    let (x, y) = unsafe { (query.read(c).to_f32(), vector.read(c).to_f32()) };
-                    dot = device::fma_f32(x, y, dot);
-                }
+                let dot = unsafe { exact_dot(query, vector, params.dim, aligned) };
                 let base_norm = if needs_norms { unsafe { params.base_norms.read(index) } } else { 0.0 };
                 tile_distance(metric, dot, query_norm, base_norm)
             };
@@ -414,4 +733,137 @@ pub unsafe fn rerank_f16(params: RerankParams<F16Bits>) {
 /// As [`rerank`].
 pub unsafe fn rerank_bf16(params: RerankParams<Bf16Bits>) {
     unsafe { rerank(params) }
+}
+
+/// Parameters of `knn_rerank_candidates_<storage>`.
+#[repr(C)]
+#[derive(Debug)]
+pub struct RerankCandidatesParams<S> {
+    /// The first query of the rows; query `i` at `i · query_stride`.
+    pub queries: GlobalPtr<S>,
+    /// Components from one query's start to the next's.
+    pub query_stride: u64,
+    /// The rows' queries' squared norms (under every metric: the margin reads them).
+    pub query_norms: GlobalPtr<f32>,
+    /// The whole base; vector `j` at `j · base_stride`.
+    pub base: GlobalPtr<S>,
+    /// Components from one base vector's start to the next's.
+    pub base_stride: u64,
+    /// The base's squared norms (null for the inner product).
+    pub base_norms: GlobalPtr<f32>,
+    /// `rows × width` candidates, `rank << 32 | base index` of their TF32 distances
+    /// (the TF32 filter's rows), rewritten in place with their exact distances' ranks.
+    pub keys: GlobalPtr<u64>,
+    /// `rows × kept`: each row's `kept` smallest keys of `keys`, in order.
+    pub best: GlobalPtr<u64>,
+    /// Each row's count of candidates (the filter's; may pass `width`), set to `u32::MAX`
+    /// where the row proves nothing.
+    pub counts: GlobalPtr<u32>,
+    /// Candidates per row.
+    pub width: u64,
+    /// Neighbours kept per row.
+    pub kept: u64,
+    /// Rows (queries).
+    pub rows: u64,
+    /// Components per vector.
+    pub dim: u64,
+    /// [`Metric::to_raw`].
+    pub metric: u32,
+    /// Keeps the struct free of implicit padding (set to 0).
+    pub reserved: u32,
+    /// The most a TF32 distance lies below the exact one (the filter's).
+    pub margin: Margin,
+}
+
+impl<S> Clone for RerankCandidatesParams<S> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<S> Copy for RerankCandidatesParams<S> {}
+
+/// The `knn_rerank_candidates_<storage>` kernel: each row's candidates of the TF32 filter
+/// that can still be among its `kept` nearest get their exact distances, the others the
+/// largest key.
+///
+/// Let `A` be the row's `kept`-th smallest TF32 distance and `M` the margin. Those `kept`
+/// candidates' exact distances are at most `A + M`, so the row's `kept`-th exact distance
+/// `D` is too; a vector among the `kept` nearest has an exact distance at most `D`, so a
+/// TF32 distance at most `D + M ≤ A + 2M`. Each candidate within `A + 2M` (rounded up) gets
+/// `rank << 32 | index` of its exact distance, by the f32 tile's arithmetic ([`exact_dot`],
+/// [`tile_distance`]), the key the `f32` filter gives the same pair; the rest the largest
+/// key, ranked last. A row whose `A + 2M` is not finite (a NaN or an infinite distance or
+/// norm, or fewer than `kept` candidates) gets the count `u32::MAX`: the host searches it
+/// again.
+///
+/// # Safety
+/// Any block size; `grid.x ≥ 1` blocks take rows in turn; every index below the base's
+/// count, every vector and norm named in bounds.
+pub unsafe fn rerank_candidates<S: Component>(params: RerankCandidatesParams<S>) {
+    let metric = Metric::from_raw(params.metric);
+    let needs_norms = metric != Metric::InnerProduct;
+    let aligned = vectors_aligned(params.queries, params.query_stride, params.base, params.base_stride);
+    let mut row = device::block_idx_x() as u64;
+    while row < params.rows {
+        let query = params.queries.offset(row * params.query_stride);
+        let (count, query_norm, last_best) = unsafe {
+            (
+                params.counts.read(row) as u64,
+                params.query_norms.read(row),
+                params.best.read(row * params.kept + params.kept - 1),
+            )
+        };
+        let approximate = f32::from_ordered((last_best >> 32) as u32);
+        let threshold = params.margin.widen(approximate, query_norm, 2.0);
+        if !threshold.is_finite() {
+            // Every thread of the block skips the row (the same inputs); one marks it.
+            if device::thread_idx_x() == 0 {
+                unsafe { params.counts.write(row, u32::MAX) };
+            }
+        } else {
+            let mut j = device::thread_idx_x() as u64;
+            while j < count.min(params.width) {
+                let at = row * params.width + j;
+                let key = unsafe { params.keys.read(at) };
+                let within = f32::from_ordered((key >> 32) as u32) <= threshold;
+                let exact = if within {
+                    let index = key & u32::MAX as u64;
+                    let vector = params.base.offset(index * params.base_stride);
+                    let dot = unsafe { exact_dot(query, vector, params.dim, aligned) };
+                    let base_norm = if needs_norms { unsafe { params.base_norms.read(index) } } else { 0.0 };
+                    let distance = tile_distance(metric, dot, query_norm, base_norm);
+                    (distance.to_ordered() as u64) << 32 | index
+                } else {
+                    u64::MAX
+                };
+                unsafe { params.keys.write(at, exact) };
+                j += device::block_dim_x() as u64;
+            }
+        }
+        row += device::grid_dim_x() as u64;
+    }
+}
+
+/// [`rerank_candidates`] of `f32` vectors.
+///
+/// # Safety
+/// As [`rerank_candidates`].
+pub unsafe fn rerank_candidates_f32(params: RerankCandidatesParams<f32>) {
+    unsafe { rerank_candidates(params) }
+}
+
+/// [`rerank_candidates`] of binary16 vectors.
+///
+/// # Safety
+/// As [`rerank_candidates`].
+pub unsafe fn rerank_candidates_f16(params: RerankCandidatesParams<F16Bits>) {
+    unsafe { rerank_candidates(params) }
+}
+
+/// [`rerank_candidates`] of bfloat16 vectors.
+///
+/// # Safety
+/// As [`rerank_candidates`].
+pub unsafe fn rerank_candidates_bf16(params: RerankCandidatesParams<Bf16Bits>) {
+    unsafe { rerank_candidates(params) }
 }

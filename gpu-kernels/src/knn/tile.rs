@@ -122,7 +122,7 @@ pub struct FilterTarget {
 
 impl FilterTarget {
     /// No target: the plain tile's.
-    const NONE: Self = FilterTarget {
+    pub(super) const NONE: Self = FilterTarget {
         bounds: GlobalPtr::null(),
         counts: GlobalPtr::null(),
         candidates: GlobalPtr::null(),
@@ -135,7 +135,7 @@ impl FilterTarget {
     /// # Safety
     /// `query` a row of the target.
     #[inline(always)]
-    unsafe fn keep(&self, query: u64, rank: u32, column: u64) {
+    pub(super) unsafe fn keep(&self, query: u64, rank: u32, column: u64) {
         let slot = unsafe { device::global_atomic_add_u32(self.counts.offset(query).as_ptr(), 1) } as u64;
         if slot < self.capacity {
             let candidate = (rank as u64) << 32 | (self.index_offset + column);

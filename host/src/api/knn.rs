@@ -416,7 +416,7 @@ impl<'a, T: VectorComponent> FlatIndex<'a, T> {
         out: &mut TopK<f32>,
         workspace: &DeviceBuffer<u8>,
     ) -> Result<()> {
-        let run = KnnRun { base_norms: self.norms.global_ptr(), out };
+        let run = KnnRun { base_norms: self.norms.global_ptr(), base_norm_max: self.base_norm_max, out };
         self.gpu.run_knn(&plan.plan, (queries, self.base, self.dim), workspace, run)
     }
 

@@ -19,16 +19,30 @@
 //! results are the unfiltered search's bit for bit. A query whose pairs within the bound
 //! overflow its row (a probe unlike the base around it, or many equal distances) is found
 //! by its count and searched again unfiltered ([`Gpu::knn_unproven`]).
+//!
+//! A TF32 search ([`KnnPrecision::Tf32Reranked`]) is filtered the same way where the `f32`
+//! one would be, with its product on the tensor cores: the probe's bound (exact, in `f32`)
+//! is widened by TF32's error bound for the query ([`KnnPrecision::margin`]), so that every
+//! pair the `f32` filter keeps is kept, in rows up to twice as long. The rows top-k of
+//! their TF32 keys gives each query's `k`-th TF32 distance `A`; the candidates within
+//! `A + 2 · margin` (which hold the `k` nearest) get their exact distances' keys
+//! (`knn_rerank_candidates_<storage>`), the others the largest key, and one more rows top-k
+//! keeps the `k` best: the `f32` search's results bit for bit. A query whose row overflows,
+//! or whose `A` or margin is not finite, is searched again in `f32`.
 
 use gpu_select_kernels::entry::{
-    KNN_DISTANCE_FILTER_BF16, KNN_DISTANCE_FILTER_F16, KNN_DISTANCE_FILTER_F32, KNN_DISTANCE_TILE_BF16,
-    KNN_DISTANCE_TILE_F16, KNN_DISTANCE_TILE_F32, KNN_DISTANCE_TILE_TF32_BF16, KNN_DISTANCE_TILE_TF32_F16,
-    KNN_DISTANCE_TILE_TF32_F32, KNN_DISTANCE_TILE_TF32X3_F32, KNN_NORMS_BF16, KNN_NORMS_F16, KNN_NORMS_F32,
-    KNN_PLACE, KNN_RERANK_BF16, KNN_RERANK_F16, KNN_RERANK_F32, KernelId,
+    KNN_DISTANCE_FILTER_BF16, KNN_DISTANCE_FILTER_F16, KNN_DISTANCE_FILTER_F32,
+    KNN_DISTANCE_FILTER_TF32_BF16, KNN_DISTANCE_FILTER_TF32_F16, KNN_DISTANCE_FILTER_TF32_F32,
+    KNN_DISTANCE_TILE_BF16, KNN_DISTANCE_TILE_F16, KNN_DISTANCE_TILE_F32, KNN_DISTANCE_TILE_TF32_BF16,
+    KNN_DISTANCE_TILE_TF32_F16, KNN_DISTANCE_TILE_TF32_F32, KNN_DISTANCE_TILE_TF32X3_F32, KNN_NORMS_BF16,
+    KNN_NORMS_F16, KNN_NORMS_F32, KNN_PLACE, KNN_RERANK_BF16, KNN_RERANK_CANDIDATES_BF16,
+    KNN_RERANK_CANDIDATES_F16, KNN_RERANK_CANDIDATES_F32, KNN_RERANK_F16, KNN_RERANK_F32, KernelId,
 };
 use gpu_select_kernels::knn::norms::{NORMS_THREADS, NormsParams};
 use gpu_select_kernels::knn::place::{KEEP_ALL, PLACE_THREADS, PlaceParams};
-use gpu_select_kernels::knn::tensor::{RERANK_THREADS, RerankParams, Tf32TileLayout};
+use gpu_select_kernels::knn::tensor::{
+    Margin, RERANK_THREADS, RerankCandidatesParams, RerankParams, Tf32FilterParams, Tf32TileLayout,
+};
 use gpu_select_kernels::knn::tile::{
     DISTANCE_THREADS, DistanceFilterParams, DistanceLayout, DistanceTileParams, FilterTarget, distance_grid,
 };
@@ -50,6 +64,9 @@ const MAX_ROW_BLOCKS: u64 = 4096;
 /// Streams a search takes at most, whatever the tuning asks (each is a CUDA stream made per
 /// search, with buffers of its own).
 const MAX_KNN_STREAMS: usize = 8;
+/// How many times longer a TF32 filter's rows are than the f32 filter's: room for the
+/// pairs its margin adds.
+const TF32_FILTER_ROOM: usize = 2;
 /// Queries per tile the planner starts from: enough for the product to
 /// fill the GPU (blocks of 128 × 128 distances), few enough that a column tile of a large base
 /// stays long.
@@ -75,6 +92,11 @@ pub trait KnnStorage: DeviceValue {
     const EXACT_IN_TF32: bool;
     /// Exact distances of each query's candidates.
     const RERANK: KernelId<RerankParams<Self::Stored>>;
+    /// The filtered product on the tensor cores: each query's pairs within its bound
+    /// widened by TF32's margin.
+    const FILTER_TF32: KernelId<Tf32FilterParams<Self::Stored>>;
+    /// The TF32 filter's candidates that can be among the nearest, with their exact keys.
+    const RERANK_CANDIDATES: KernelId<RerankCandidatesParams<Self::Stored>>;
 }
 
 impl KnnStorage for f32 {
@@ -86,6 +108,8 @@ impl KnnStorage for f32 {
     const TILE_TF32X3: (KernelId<DistanceTileParams<f32>>, bool) = (KNN_DISTANCE_TILE_TF32X3_F32, true);
     const EXACT_IN_TF32: bool = false;
     const RERANK: KernelId<RerankParams<f32>> = KNN_RERANK_F32;
+    const FILTER_TF32: KernelId<Tf32FilterParams<f32>> = KNN_DISTANCE_FILTER_TF32_F32;
+    const RERANK_CANDIDATES: KernelId<RerankCandidatesParams<f32>> = KNN_RERANK_CANDIDATES_F32;
 }
 
 impl KnnStorage for half::f16 {
@@ -97,6 +121,8 @@ impl KnnStorage for half::f16 {
     const TILE_TF32X3: (KernelId<DistanceTileParams<F16Bits>>, bool) = (KNN_DISTANCE_TILE_TF32_F16, false);
     const EXACT_IN_TF32: bool = true;
     const RERANK: KernelId<RerankParams<F16Bits>> = KNN_RERANK_F16;
+    const FILTER_TF32: KernelId<Tf32FilterParams<F16Bits>> = KNN_DISTANCE_FILTER_TF32_F16;
+    const RERANK_CANDIDATES: KernelId<RerankCandidatesParams<F16Bits>> = KNN_RERANK_CANDIDATES_F16;
 }
 
 impl KnnStorage for half::bf16 {
@@ -108,6 +134,8 @@ impl KnnStorage for half::bf16 {
     const TILE_TF32X3: (KernelId<DistanceTileParams<Bf16Bits>>, bool) = (KNN_DISTANCE_TILE_TF32_BF16, false);
     const EXACT_IN_TF32: bool = true;
     const RERANK: KernelId<RerankParams<Bf16Bits>> = KNN_RERANK_BF16;
+    const FILTER_TF32: KernelId<Tf32FilterParams<Bf16Bits>> = KNN_DISTANCE_FILTER_TF32_BF16;
+    const RERANK_CANDIDATES: KernelId<RerankCandidatesParams<Bf16Bits>> = KNN_RERANK_CANDIDATES_BF16;
 }
 
 /// How a search computes its distances.
@@ -124,6 +152,13 @@ pub enum KnnPrecision {
     /// cannot be proven to hold its `k` nearest (the `k`-th exact distance must lie at least
     /// the error bound below every left-out vector's TF32 distance) is searched again in
     /// `f32`: the result is the `F32` search's, up to ties at the `k`-th distance.
+    ///
+    /// Where the `f32` search is filtered ([`Tuning::knn_filter`](crate::Tuning::knn_filter)),
+    /// so is this one, and then it needs no proof: the tensor cores' product keeps every pair
+    /// within the probe's exact bound widened by the error bound, the candidates that can
+    /// still be among the `k` nearest get their exact distances, and the result is the `F32`
+    /// search's bit for bit, ties included (a query whose candidates overflow is searched
+    /// again in `f32`).
     Tf32Reranked,
     /// As `Tf32Reranked` with split TF32 ("3xTF32"): each `f32` value as a TF32 `hi` and the
     /// TF32 of its remainder `lo`, and three tensor-core products per pair (`lo·hi + hi·lo +
@@ -183,6 +218,20 @@ impl KnnPrecision {
         if self == KnnPrecision::F32 {
             return 0.0;
         }
+        let (delta, widen) = self.dot_error(dim, exact_inputs);
+        let unit = 2f64.powi(-24);
+        let (x, y) = ((query_norm as f64).sqrt() * widen, (base_norm_max as f64).sqrt() * widen);
+        match metric {
+            Metric::L2 => 2.0 * delta * x * y + 8.0 * unit * (x * x + y * y + 2.0 * x * y),
+            Metric::InnerProduct => delta * x * y + 8.0 * unit * x * y,
+            Metric::Cosine => delta * widen * widen + 8.0 * unit,
+        }
+    }
+
+    /// `δ`, the most the two dot products differ relative to `‖x‖ ‖y‖`, and the factor that
+    /// widens a norm's square root computed in `f32` into a bound of the true length (the
+    /// norms' own rounding, `dim` additions). TF32 only.
+    fn dot_error(self, dim: usize, exact_inputs: bool) -> (f64, f64) {
         let unit = 2f64.powi(-24);
         let dim_f = dim as f64;
         let delta = match (self, exact_inputs) {
@@ -192,14 +241,26 @@ impl KnnPrecision {
             }
             _ => 2f64.powi(-10) + dim_f * 2f64.powi(-21),
         };
-        // The norms' own rounding (dim additions), so that x and y bound the true lengths.
-        let widen = 1.0 + (dim as f64 + 2.0) * unit;
-        let (x, y) = ((query_norm as f64).sqrt() * widen, (base_norm_max as f64).sqrt() * widen);
-        match metric {
-            Metric::L2 => 2.0 * delta * x * y + 8.0 * unit * (x * x + y * y + 2.0 * x * y),
-            Metric::InnerProduct => delta * x * y + 8.0 * unit * x * y,
-            Metric::Cosine => delta * widen * widen + 8.0 * unit,
-        }
+        (delta, 1.0 + (dim_f + 2.0) * unit)
+    }
+
+    /// [`KnnPrecision::error_bound`] for a query of squared norm `n`, in the form the kernels
+    /// evaluate: `per_length · √n + per_norm · n + constant` (rounded up there), each term
+    /// rounded up to `f32` here, so never less than the bound. TF32 only.
+    pub(crate) fn margin(self, metric: Metric, dim: usize, exact_inputs: bool, base_norm_max: f32) -> Margin {
+        let (delta, widen) = self.dot_error(dim, exact_inputs);
+        let unit = 2f64.powi(-24);
+        let y = (base_norm_max as f64).sqrt() * widen;
+        // The bound's terms with the query's length `x = √n · widen` taken out.
+        let (per_length, per_norm, constant) = match metric {
+            Metric::L2 => {
+                ((2.0 * delta + 16.0 * unit) * y * widen, 8.0 * unit * widen * widen, 8.0 * unit * y * y)
+            }
+            Metric::InnerProduct => ((delta + 8.0 * unit) * y * widen, 0.0, 0.0),
+            Metric::Cosine => (0.0, 0.0, delta * widen * widen + 8.0 * unit),
+        };
+        let up = |value: f64| if value > 0.0 { (value as f32).next_up() } else { 0.0 };
+        Margin { per_length: up(per_length), per_norm: up(per_norm), constant: up(constant), reserved: 0.0 }
     }
 }
 
@@ -317,6 +378,13 @@ impl KnnFilter {
         let spread = kept as f64 + 8.0 * (kept as f64).sqrt() + 16.0;
         let capacity = ((step as f64 * spread).ceil() as usize).next_multiple_of(32);
         (capacity <= base / 4).then_some(KnnFilter { probe, step, capacity })
+    }
+
+    /// The same probe with rows `factor` times as long, at most a quarter of the base: for a
+    /// TF32 filter, whose bound is widened by its margin.
+    fn widened(self, factor: usize, base: usize) -> Self {
+        let capacity = (self.capacity * factor).min(base / 4 / 32 * 32).max(self.capacity);
+        KnnFilter { capacity, ..self }
     }
 
     /// Bytes a query takes in a stream's buffers: its probe's distances, its row of
@@ -448,6 +516,8 @@ struct KnnBuffers {
 pub(crate) struct KnnRun<'o> {
     /// The base's squared norms (unused for the inner product).
     pub(crate) base_norms: GlobalPtr<f32>,
+    /// The largest of them (a TF32 filter's margin; unused otherwise).
+    pub(crate) base_norm_max: f32,
     /// `queries · k` neighbours, query after query.
     pub(crate) out: &'o mut TopK<f32>,
 }
@@ -492,20 +562,31 @@ impl Gpu {
         check_key_count(queries)?;
         check_key_count(base)?;
         let kept = k + usize::from(drop_own);
+        let may_filter = may_filter && self.tuning().knn_filter;
+        // TF32 filtered: the f32 filter's probe, rows twice as long for the pairs within the
+        // margin (module docs); its re-ranking sorts nothing.
+        let tf32_filter = (may_filter && precision == KnnPrecision::Tf32Reranked)
+            .then(|| KnnFilter::plan(base, kept).map(|filter| filter.widened(TF32_FILTER_ROOM, base)))
+            .flatten();
         let extra = (kept * self.tuning().knn_rerank_extra_percent as usize / 100).max(32);
         // The re-ranking orders each query's candidates by index in one block sort: beyond
         // its 2048, the f32 search.
-        let precision =
-            if (kept + extra).min(base) > MAX_SMALL_SORT_LEN { KnnPrecision::F32 } else { precision };
-        let candidates = if precision.reranks() { (kept + extra).min(base) } else { kept };
+        let precision = if tf32_filter.is_none() && (kept + extra).min(base) > MAX_SMALL_SORT_LEN {
+            KnnPrecision::F32
+        } else {
+            precision
+        };
+        let candidates =
+            if precision.reranks() && tf32_filter.is_none() { (kept + extra).min(base) } else { kept };
         let wanted_streams = self.tuning().knn_streams.clamp(1, MAX_KNN_STREAMS);
         // Beyond the queues, half the budget: the batched radix select splits taller query
         // tiles into more launches (at 1 GiB, k = 10 000 measured 23.6 against 21.8 ms).
         let budget = self.tuning().knn_tile_bytes / wanted_streams;
         let budget = if candidates > MAX_QUEUE_K as usize { budget / 2 } else { budget };
-        let filter = (may_filter && precision == KnnPrecision::F32 && self.tuning().knn_filter)
-            .then(|| KnnFilter::plan(base, kept))
-            .flatten();
+        let filter = match precision {
+            KnnPrecision::F32 => may_filter.then(|| KnnFilter::plan(base, kept)).flatten(),
+            _ => tf32_filter,
+        };
         let tiles = match filter {
             // The whole base in one launch; as many queries a tile as the budget holds.
             Some(filter) => KnnTiles {
@@ -873,24 +954,61 @@ impl Gpu {
             plan.metric,
             GlobalPtr::null(),
         )?;
-        let shape = LaunchShape { shared_bytes: DistanceLayout::new().bytes, ..tile.0 };
-        self.launch(T::FILTER, shape, DistanceFilterParams { tile: tile.1, target })?;
+        let product = DistanceFilterParams { tile: tile.1, target };
+        let margin = plan.precision.margin(plan.metric, dim, T::EXACT_IN_TF32, run.base_norm_max);
+        if plan.precision == KnnPrecision::F32 {
+            let shape = LaunchShape { shared_bytes: DistanceLayout::new().bytes, ..tile.0 };
+            self.launch(T::FILTER, shape, product)?;
+        } else {
+            let shape = LaunchShape { shared_bytes: Tf32TileLayout::new(false, true).bytes, ..tile.0 };
+            self.launch(T::FILTER_TF32, shape, Tf32FilterParams { filter: product, margin })?;
+        }
         // The `kept` smallest keys of each row: by distance, then by index.
         let spec = RowsSpec::dense(count, filter.capacity, filter.capacity, kept)?;
         let mut best_keys = TopK {
             values: selected.values.view(0, count * kept),
             indices: selected.indices.view(0, count * kept),
         };
-        self.run_rows(
-            &rows_of,
-            &spec,
-            (GlobalPtr::null(), GlobalPtr::null()),
-            kept,
-            Order::Smallest,
-            RowsAlgorithm::Auto,
-            rows,
-            &mut best_keys,
-        )?;
+        let mut select = |best_keys: &mut TopK<u64>| {
+            self.run_rows(
+                &rows_of,
+                &spec,
+                (GlobalPtr::null(), GlobalPtr::null()),
+                kept,
+                Order::Smallest,
+                RowsAlgorithm::Auto,
+                rows,
+                best_keys,
+            )
+        };
+        select(&mut best_keys)?;
+        if plan.precision != KnnPrecision::F32 {
+            // TF32: the candidates that can be among the `kept` nearest, by the `kept`-th
+            // TF32 distance, get their exact keys, and the `kept` best of those are the
+            // f32 filter's (`rerank_candidates`).
+            let blocks = (count as u64).min(MAX_ROW_BLOCKS) as u32;
+            let shape = LaunchShape { grid: (blocks, 1), block_threads: RERANK_THREADS, shared_bytes: 0 };
+            let params = RerankCandidatesParams {
+                queries: query_part.stored(),
+                query_stride: query_part.stride as u64,
+                query_norms: norms_part,
+                base: base.stored(),
+                base_stride: base.stride as u64,
+                base_norms: run.base_norms,
+                keys: rows_of.global_ptr(),
+                best: best_keys.values.global_ptr(),
+                counts: counts.offset(first_query as u64),
+                width: filter.capacity as u64,
+                kept: kept as u64,
+                rows: count as u64,
+                dim: dim as u64,
+                metric: plan.metric.to_raw(),
+                reserved: 0,
+                margin,
+            };
+            self.launch(T::RERANK_CANDIDATES, shape, params)?;
+            select(&mut best_keys)?;
+        }
         let out = out_view(run.out, first_query * plan.k..(first_query + count) * plan.k);
         let own = plan.drop_own.then_some(first_query);
         self.knn_place_candidates(
@@ -1049,8 +1167,10 @@ impl Gpu {
         let (shape, params) = self.knn_tile_params(queries, base, dim, metric, out)?;
         let (kernel, shared_bytes) = match precision {
             KnnPrecision::F32 => (T::TILE, DistanceLayout::new().bytes),
-            KnnPrecision::Tf32Reranked => (T::TILE_TF32, Tf32TileLayout::new(false).bytes),
-            KnnPrecision::Tf32x3Reranked => (T::TILE_TF32X3.0, Tf32TileLayout::new(T::TILE_TF32X3.1).bytes),
+            KnnPrecision::Tf32Reranked => (T::TILE_TF32, Tf32TileLayout::new(false, false).bytes),
+            KnnPrecision::Tf32x3Reranked => {
+                (T::TILE_TF32X3.0, Tf32TileLayout::new(T::TILE_TF32X3.1, false).bytes)
+            }
         };
         self.launch(kernel, LaunchShape { shared_bytes, ..shape }, params)
     }
@@ -1174,6 +1294,37 @@ fn out_view(out: &TopK<f32>, range: std::ops::Range<usize>) -> TopK<f32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_margin_the_kernels_evaluate_is_never_below_the_error_bound() {
+        // As the kernels evaluate it (each operation rounded up), over norms from 0 to past
+        // the base's largest, every metric, both TF32 forms, both kinds of input.
+        let precisions = [KnnPrecision::Tf32Reranked, KnnPrecision::Tf32x3Reranked];
+        for (precision, exact) in precisions.into_iter().flat_map(|p| [(p, false), (p, true)]) {
+            for metric in [Metric::L2, Metric::InnerProduct, Metric::Cosine] {
+                for (dim, base_norm_max) in [(128, 1.2e6f32), (7, 3.0), (960, 1e-6), (64, 0.0)] {
+                    let margin = precision.margin(metric, dim, exact, base_norm_max);
+                    for norm in [0.0f32, 1e-9, 0.5, 1.0, 3.0, 1e6, 1.2e6, 7.3e11] {
+                        let bound = precision.error_bound(metric, dim, exact, norm, base_norm_max);
+                        let widened = margin.widen(0.0, norm, 1.0) as f64;
+                        assert!(
+                            widened >= bound,
+                            "{precision:?} {exact} {metric:?} {dim} {norm}: {widened} < {bound}"
+                        );
+                        // Not loose either: within a hundredth of it (the f32 roundings).
+                        assert!(
+                            widened <= bound * 1.01 + 1e-30,
+                            "{precision:?} {metric:?} {norm}: {widened} ≫ {bound}"
+                        );
+                    }
+                }
+            }
+        }
+        // A NaN norm or bound widens to NaN (keeps nothing); an infinite norm to infinity.
+        let margin = KnnPrecision::Tf32Reranked.margin(Metric::L2, 128, false, 1e6);
+        assert!(margin.widen(f32::NAN, 1.0, 1.0).is_nan() && margin.widen(1.0, f32::NAN, 1.0).is_nan());
+        assert_eq!(margin.widen(1.0, f32::INFINITY, 2.0), f32::INFINITY);
+    }
 
     #[test]
     fn the_filter_probes_about_the_root_of_base_times_k_and_leaves_short_rows() {

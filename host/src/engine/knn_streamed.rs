@@ -272,7 +272,7 @@ impl Gpu {
                 };
                 let mut chunk_out = pair(regions.chunk_best, count * step.kept);
                 let target = if plan.merges() { &mut chunk_out } else { &mut group_out };
-                let run = KnnRun { base_norms: norms, out: target };
+                let run = KnnRun { base_norms: norms, base_norm_max: 0.0, out: target };
                 self.run_knn(search, (group, vectors, dim), &search_workspace, run)?;
                 if !plan.merges() {
                     continue;

@@ -238,6 +238,22 @@ pub fn sqrt_f32(value: f32) -> f32 {
 pub fn fma_f32(a: f32, b: f32, c: f32) -> f32 {
     a.mul_add(b, c)
 }
+/// `value` (exact or within an `f64` rounding of the exact result) as an `f32` at least
+/// the exact result: rounded up, and one step further where it lands on an `f32`.
+fn round_up_to_f32(value: f64) -> f32 {
+    let nearest = value as f32;
+    if value.is_nan() || nearest == f32::INFINITY || (nearest as f64) > value {
+        nearest
+    } else {
+        nearest.next_up()
+    }
+}
+pub fn fma_up_f32(a: f32, b: f32, c: f32) -> f32 {
+    round_up_to_f32((a as f64).mul_add(b as f64, c as f64))
+}
+pub fn sqrt_up_f32(value: f32) -> f32 {
+    round_up_to_f32((value as f64).sqrt())
+}
 // As the carry on the GPU: a bound of 0 adds nothing.
 pub fn add_if_at_least_u32(count: u32, value: u32, bound: u32) -> u32 {
     count + (bound != 0 && value >= bound) as u32
