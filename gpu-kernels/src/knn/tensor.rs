@@ -790,7 +790,7 @@ impl<S> Copy for RerankCandidatesParams<S> {}
 /// candidates' exact distances are at most `A + M`, so the row's `kept`-th exact distance
 /// `D` is too; a vector among the `kept` nearest has an exact distance at most `D`, so a
 /// TF32 distance at most `D + M ≤ A + 2M`. Each candidate within `A + 2M` (rounded up) gets
-/// `rank << 32 | index` of its exact distance, by the f32 tile's arithmetic ([`exact_dot`],
+/// `rank << 32 | index` of its exact distance, by the f32 tile's arithmetic (`exact_dot`,
 /// [`tile_distance`]), the key the `f32` filter gives the same pair; the rest the largest
 /// key, ranked last. A row whose `A + 2M` is not finite (a NaN or an infinite distance or
 /// norm, or fewer than `kept` candidates) gets the count `u32::MAX`: the host searches it
