@@ -675,6 +675,25 @@ unsafe fn exact_dot<S: Component>(x: GlobalPtr<S>, y: GlobalPtr<S>, dim: u64, al
     dot
 }
 
+/// The distance of `query` (squared norm `query_norm`) to base vector `index` (of `base`,
+/// `stride` components apart, with their squared norms) by the f32 tile's arithmetic:
+/// [`exact_dot`], then [`tile_distance`] (the norms unread for the inner product).
+///
+/// # Safety
+/// As [`exact_dot`]; `index` below the base's count.
+#[inline(always)]
+unsafe fn exact_distance<S: Component>(
+    metric: Metric,
+    (query, query_norm): (GlobalPtr<S>, f32),
+    (base, stride, norms): (GlobalPtr<S>, u64, GlobalPtr<f32>),
+    index: u64,
+    (dim, aligned): (u64, bool),
+) -> f32 {
+    let dot = unsafe { exact_dot(query, base.offset(index * stride), dim, aligned) };
+    let base_norm = if metric != Metric::InnerProduct { unsafe { norms.read(index) } } else { 0.0 };
+    tile_distance(metric, dot, query_norm, base_norm)
+}
+
 /// The `knn_rerank_<storage>` kernel: the distance of each query to each of its candidates
 /// in `f32`, by the f32 tile kernel's arithmetic — one `fma` per component, in component
 /// order, from 0, then [`tile_distance`] — so that a candidate gets the distance the f32 search
@@ -699,10 +718,8 @@ pub unsafe fn rerank<S: Component>(params: RerankParams<S>) {
             let distance = if index == NO_INDEX {
                 f32::NAN
             } else {
-                let vector = params.base.offset(index * params.base_stride);
-                let dot = unsafe { exact_dot(query, vector, params.dim, aligned) };
-                let base_norm = if needs_norms { unsafe { params.base_norms.read(index) } } else { 0.0 };
-                tile_distance(metric, dot, query_norm, base_norm)
+                let base = (params.base, params.base_stride, params.base_norms);
+                unsafe { exact_distance(metric, (query, query_norm), base, index, (params.dim, aligned)) }
             };
             unsafe { params.out.write(at, distance) };
             j += device::block_dim_x() as u64;
@@ -801,7 +818,6 @@ impl<S> Copy for RerankCandidatesParams<S> {}
 /// count, every vector and norm named in bounds.
 pub unsafe fn rerank_candidates<S: Component>(params: RerankCandidatesParams<S>) {
     let metric = Metric::from_raw(params.metric);
-    let needs_norms = metric != Metric::InnerProduct;
     let aligned = vectors_aligned(params.queries, params.query_stride, params.base, params.base_stride);
     let mut row = device::block_idx_x() as u64;
     while row < params.rows {
@@ -828,10 +844,10 @@ pub unsafe fn rerank_candidates<S: Component>(params: RerankCandidatesParams<S>)
                 let within = f32::from_ordered((key >> 32) as u32) <= threshold;
                 let exact = if within {
                     let index = key & u32::MAX as u64;
-                    let vector = params.base.offset(index * params.base_stride);
-                    let dot = unsafe { exact_dot(query, vector, params.dim, aligned) };
-                    let base_norm = if needs_norms { unsafe { params.base_norms.read(index) } } else { 0.0 };
-                    let distance = tile_distance(metric, dot, query_norm, base_norm);
+                    let base = (params.base, params.base_stride, params.base_norms);
+                    let distance = unsafe {
+                        exact_distance(metric, (query, query_norm), base, index, (params.dim, aligned))
+                    };
                     (distance.to_ordered() as u64) << 32 | index
                 } else {
                     u64::MAX
