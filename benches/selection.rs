@@ -640,7 +640,8 @@ fn bench_knn(gpu: &Gpu, cases: &mut Vec<Case>) {
         (100, query_count, " two streams"),
     ];
     let runs =
-        runs.into_iter().chain([(1000, query_count, ""), (1000, query_count, " tiles"), (10_000, 1000, "")]);
+        runs.into_iter().chain([(300, query_count, ""), (500, query_count, ""), (1000, query_count, "")]);
+    let runs = runs.chain([(1000, query_count, " tiles"), (10_000, 1000, "")]);
     for (k, count, label) in runs {
         let part = queries.slice(..count * dim);
         let index = match label {
@@ -684,7 +685,7 @@ fn bench_knn(gpu: &Gpu, cases: &mut Vec<Case>) {
         .with_precision(KnnPrecision::Tf32Reranked)
         .unwrap();
     let tensor_runs: [(&FlatIndex<'_>, &str, &[usize]); 3] = [
-        (&index_tf32, "tf32", &[1, 10, 100, 1000]),
+        (&index_tf32, "tf32", &[1, 10, 100, 300, 500, 1000]),
         (&index_tf32_tiles, "tf32 tiles", &[1000]),
         (&index_tf32x3, "split tf32", &[1, 10, 100, 1000]),
     ];

@@ -28,7 +28,8 @@
 //! `A + 2 · margin` (which hold the `k` nearest) get their exact distances' keys
 //! (`knn_rerank_candidates_<storage>`), the others the largest key, and one more rows top-k
 //! keeps the `k` best: the `f32` search's results bit for bit. A query whose row overflows,
-//! or whose `A` or margin is not finite, is searched again in `f32`.
+//! or whose `A` or margin is not finite, is searched again in `f32`. Beyond
+//! `TF32_FILTER_MOST_KEPT` neighbours a TF32 search runs the `f32` filter, the faster there.
 
 use gpu_select_kernels::entry::{
     KNN_DISTANCE_FILTER_BF16, KNN_DISTANCE_FILTER_F16, KNN_DISTANCE_FILTER_F32,
@@ -67,6 +68,12 @@ const MAX_KNN_STREAMS: usize = 8;
 /// How many times longer a TF32 filter's rows are than the f32 filter's: room for the
 /// pairs its margin adds.
 const TF32_FILTER_ROOM: usize = 2;
+/// Neighbours kept per query beyond which a TF32 search runs the f32 filter instead (the
+/// same results): the TF32 filter keeps the pairs within a wider bound and selects twice, and
+/// its appends grow with `k` past what the tensor cores save. H200 run 351, SIFT1M's shape,
+/// 10^4 queries: TF32 46.7 / 52.2 / 64.2 / 94.0 ms at k = 100 / 300 / 500 / 1000, the f32
+/// filter 78.3 / 80.9 / 82.9 / 87.7 (even near k = 870).
+const TF32_FILTER_MOST_KEPT: usize = 768;
 /// Queries per tile the planner starts from: enough for the product to
 /// fill the GPU (blocks of 128 × 128 distances), few enough that a column tile of a large base
 /// stays long.
@@ -158,7 +165,8 @@ pub enum KnnPrecision {
     /// within the probe's exact bound widened by the error bound, the candidates that can
     /// still be among the `k` nearest get their exact distances, and the result is the `F32`
     /// search's bit for bit, ties included (a query whose candidates overflow is searched
-    /// again in `f32`).
+    /// again in `f32`). Beyond `k = 768` a filtered search runs the `f32` filter itself, the
+    /// faster there (H200, SIFT1M's shape: 87.7 against 94.0 ms at `k = 1000`).
     Tf32Reranked,
     /// As `Tf32Reranked` with split TF32 ("3xTF32"): each `f32` value as a TF32 `hi` and the
     /// TF32 of its remainder `lo`, and three tensor-core products per pair (`lo·hi + hi·lo +
@@ -563,11 +571,19 @@ impl Gpu {
         check_key_count(base)?;
         let kept = k + usize::from(drop_own);
         let may_filter = may_filter && self.tuning().knn_filter;
+        let f32_filter = may_filter.then(|| KnnFilter::plan(base, kept)).flatten();
+        // Beyond TF32_FILTER_MOST_KEPT a TF32 search runs the f32 filter (the same results).
+        let precision = match precision {
+            KnnPrecision::Tf32Reranked if f32_filter.is_some() && kept > TF32_FILTER_MOST_KEPT => {
+                KnnPrecision::F32
+            }
+            other => other,
+        };
         // TF32 filtered: the f32 filter's probe, rows twice as long for the pairs within the
         // margin (module docs); its re-ranking sorts nothing.
-        let tf32_filter = (may_filter && precision == KnnPrecision::Tf32Reranked)
-            .then(|| KnnFilter::plan(base, kept).map(|filter| filter.widened(TF32_FILTER_ROOM, base)))
-            .flatten();
+        let tf32_filter = f32_filter
+            .filter(|_| precision == KnnPrecision::Tf32Reranked)
+            .map(|filter| filter.widened(TF32_FILTER_ROOM, base));
         let extra = (kept * self.tuning().knn_rerank_extra_percent as usize / 100).max(32);
         // The re-ranking orders each query's candidates by index in one block sort: beyond
         // its 2048, the f32 search.
@@ -584,7 +600,7 @@ impl Gpu {
         let budget = self.tuning().knn_tile_bytes / wanted_streams;
         let budget = if candidates > MAX_QUEUE_K as usize { budget / 2 } else { budget };
         let filter = match precision {
-            KnnPrecision::F32 => may_filter.then(|| KnnFilter::plan(base, kept)).flatten(),
+            KnnPrecision::F32 => f32_filter,
             _ => tf32_filter,
         };
         let tiles = match filter {
@@ -1294,6 +1310,24 @@ fn out_view(out: &TopK<f32>, range: std::ops::Range<usize>) -> TopK<f32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tf32_search_keeping_many_runs_the_f32_filter() {
+        let gpu = Gpu::emulator();
+        let plan = |k| {
+            gpu.plan_knn(1000, 1_000_000, k, Metric::L2, false, KnnPrecision::Tf32Reranked, true).unwrap()
+        };
+        for (k, precision) in
+            [(100, KnnPrecision::Tf32Reranked), (768, KnnPrecision::Tf32Reranked), (769, KnnPrecision::F32)]
+        {
+            assert_eq!((plan(k).precision, plan(k).filters()), (precision, true), "k = {k}");
+        }
+        // Unfiltered (a graph's plan, or the filter off), TF32 keeps its tiles and proof.
+        let graph = gpu
+            .plan_knn(1000, 1_000_000, 1000, Metric::L2, false, KnnPrecision::Tf32Reranked, false)
+            .unwrap();
+        assert_eq!((graph.precision, graph.filters()), (KnnPrecision::Tf32Reranked, false));
+    }
 
     #[test]
     fn the_margin_the_kernels_evaluate_is_never_below_the_error_bound() {
