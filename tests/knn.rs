@@ -889,6 +889,29 @@ fn a_streamed_plan_runs_again_into_the_callers_memory() {
     assert!(matches!(index.plan_search(3, base_count + 1), Err(Error::KOutOfRange { .. })));
 }
 
+/// The filtered searches' data: clustered base vectors, queries half of them from the base
+/// (exact duplicates) and half new, and a base of the first three vectors repeated (every
+/// row of candidates overflows).
+fn filter_cases(
+    rng: &mut StdRng,
+    queries_count: usize,
+    base_count: usize,
+    dim: usize,
+) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let base = clustered_vectors(rng, base_count, dim, 12);
+    let mut queries = base[..queries_count / 2 * dim].to_vec();
+    queries.extend(clustered_vectors(rng, queries_count - queries_count / 2, dim, 12));
+    let repeated = (0..base_count).flat_map(|i| base[(i % 3) * dim..(i % 3 + 1) * dim].to_vec()).collect();
+    (queries, base, repeated)
+}
+
+/// Two searches' results (distances, indices) are the same, distances bit for bit.
+fn assert_same_bits(found: &(Vec<f32>, Vec<u64>), whole: &(Vec<f32>, Vec<u64>), what: &str) {
+    assert_eq!(found.1, whole.1, "{what}: indices");
+    let bits = |d: &[f32]| d.iter().map(|d| d.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&found.0), bits(&whole.0), "{what}: distances");
+}
+
 /// The filtered search (`Tuning::knn_filter`: a probe's bound per query, only the pairs
 /// within it kept by the product) gives the unfiltered search's bits: clustered vectors with
 /// exact duplicates (ties at the `k`-th distance, kept by lower index), queries among the base
@@ -901,11 +924,7 @@ fn the_filtered_search_equals_the_tiles_bit_for_bit() {
     let tiles = gpu.with_tuning(Tuning { knn_filter: false, ..*gpu.tuning() });
     let mut rng = StdRng::seed_from_u64(41);
     let (queries_count, base_count, dim) = if on_emulator(&gpu) { (40, 5000, 7) } else { (300, 40_000, 24) };
-    let base = clustered_vectors(&mut rng, base_count, dim, 12);
-    let mut queries = base[..queries_count / 2 * dim].to_vec();
-    queries.extend(clustered_vectors(&mut rng, queries_count - queries_count / 2, dim, 12));
-    let repeated: Vec<f32> =
-        (0..base_count).flat_map(|i| base[(i % 3) * dim..(i % 3 + 1) * dim].to_vec()).collect();
+    let (queries, base, repeated) = filter_cases(&mut rng, queries_count, base_count, dim);
     let (q, b, r) =
         (gpu.upload(&queries).unwrap(), gpu.upload(&base).unwrap(), gpu.upload(&repeated).unwrap());
     let query_set = || Vectors::new(&q, queries_count, dim).unwrap();
@@ -925,9 +944,7 @@ fn the_filtered_search_equals_the_tiles_bit_for_bit() {
                 let found = download(&gpu, &filtered.search(query_set(), k).unwrap());
                 let whole = download(&gpu, &plain.search(query_set(), k).unwrap());
                 let what = format!("{metric:?} k={k} repeated {overflows}");
-                assert_eq!(found.1, whole.1, "{what}: indices");
-                let bits = |d: &[f32]| d.iter().map(|d| d.to_bits()).collect::<Vec<_>>();
-                assert_eq!(bits(&found.0), bits(&whole.0), "{what}: distances");
+                assert_same_bits(&found, &whole, &what);
                 if k == 10 && !overflows {
                     check(&queries, &base, dim, k, metric, false, (&found.0, &found.1));
                 }
@@ -949,11 +966,7 @@ fn the_tf32_filtered_search_equals_the_f32_search_bit_for_bit() {
     } else {
         (300, 40_000, 24, &[1usize, 5, 10, 64][..])
     };
-    let base = clustered_vectors(&mut rng, base_count, dim, 12);
-    let mut queries = base[..queries_count / 2 * dim].to_vec();
-    queries.extend(clustered_vectors(&mut rng, queries_count - queries_count / 2, dim, 12));
-    let repeated: Vec<f32> =
-        (0..base_count).flat_map(|i| base[(i % 3) * dim..(i % 3 + 1) * dim].to_vec()).collect();
+    let (queries, base, repeated) = filter_cases(&mut rng, queries_count, base_count, dim);
     let (q, b, r) =
         (gpu.upload(&queries).unwrap(), gpu.upload(&base).unwrap(), gpu.upload(&repeated).unwrap());
     let query_set = || Vectors::new(&q, queries_count, dim).unwrap();
@@ -974,9 +987,7 @@ fn the_tf32_filtered_search_equals_the_f32_search_bit_for_bit() {
                 assert_eq!(again, expected, "{what}: queries searched again");
                 let found = download(&gpu, &tf32.search(query_set(), k).unwrap());
                 let whole = download(&gpu, &exact.search(query_set(), k).unwrap());
-                assert_eq!(found.1, whole.1, "{what}: indices");
-                let bits = |d: &[f32]| d.iter().map(|d| d.to_bits()).collect::<Vec<_>>();
-                assert_eq!(bits(&found.0), bits(&whole.0), "{what}: distances");
+                assert_same_bits(&found, &whole, &what);
             }
         }
     }

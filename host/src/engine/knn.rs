@@ -254,8 +254,11 @@ impl KnnPrecision {
 
     /// [`KnnPrecision::error_bound`] for a query of squared norm `n`, in the form the kernels
     /// evaluate: `per_length · √n + per_norm · n + constant` (rounded up there), each term
-    /// rounded up to `f32` here, so never less than the bound. TF32 only.
+    /// rounded up to `f32` here, so never less than the bound; 0 for `F32`, as the bound.
     pub(crate) fn margin(self, metric: Metric, dim: usize, exact_inputs: bool, base_norm_max: f32) -> Margin {
+        if self == KnnPrecision::F32 {
+            return Margin::default();
+        }
         let (delta, widen) = self.dot_error(dim, exact_inputs);
         let unit = 2f64.powi(-24);
         let y = (base_norm_max as f64).sqrt() * widen;
@@ -491,6 +494,13 @@ impl KnnPlan {
         self.precision.reranks()
     }
 
+    /// Whether TF32 tiles' candidates are re-ranked and proven (TF32, not filtered: a
+    /// filtered TF32 search re-ranks in its rows of candidates, and their counts say what to
+    /// search again).
+    fn proves(&self) -> bool {
+        self.reranks() && self.filter.is_none()
+    }
+
     /// Whether the search is filtered (module docs).
     pub(crate) fn filters(&self) -> bool {
         self.filter.is_some()
@@ -687,7 +697,7 @@ impl Gpu {
         };
         let candidates_len = if plan.merges() { tiles.query_tile * tiles.base_tiles * candidates } else { 0 };
         let (exact_len, reranked_len) =
-            if plan.reranks() { (tiles.query_tile * candidates, tiles.query_tile * kept) } else { (0, 0) };
+            if plan.proves() { (tiles.query_tile * candidates, tiles.query_tile * kept) } else { (0, 0) };
         let mut stream = WorkspaceCarver::default();
         plan.regions = StreamRegions {
             distances: (stream.region(distances_len * 4), distances_len),
@@ -708,7 +718,7 @@ impl Gpu {
         plan.stream_bytes = stream.bytes();
         let mut whole = WorkspaceCarver::default();
         plan.query_norms = whole.region(if plan.needs_norms() { queries * 4 } else { 0 });
-        plan.checks = whole.region(if plan.reranks() { 2 * queries * 4 } else { 0 });
+        plan.checks = whole.region(if plan.proves() { 2 * queries * 4 } else { 0 });
         if let Some(filter) = filter {
             plan.counts = whole.region(queries * 4);
             plan.probe_norms =
@@ -971,8 +981,9 @@ impl Gpu {
             GlobalPtr::null(),
         )?;
         let product = DistanceFilterParams { tile: tile.1, target };
+        let tf32 = plan.precision != KnnPrecision::F32;
         let margin = plan.precision.margin(plan.metric, dim, T::EXACT_IN_TF32, run.base_norm_max);
-        if plan.precision == KnnPrecision::F32 {
+        if !tf32 {
             let shape = LaunchShape { shared_bytes: DistanceLayout::new().bytes, ..tile.0 };
             self.launch(T::FILTER, shape, product)?;
         } else {
@@ -998,31 +1009,16 @@ impl Gpu {
             )
         };
         select(&mut best_keys)?;
-        if plan.precision != KnnPrecision::F32 {
-            // TF32: the candidates that can be among the `kept` nearest, by the `kept`-th
-            // TF32 distance, get their exact keys, and the `kept` best of those are the
-            // f32 filter's (`rerank_candidates`).
-            let blocks = (count as u64).min(MAX_ROW_BLOCKS) as u32;
-            let shape = LaunchShape { grid: (blocks, 1), block_threads: RERANK_THREADS, shared_bytes: 0 };
-            let params = RerankCandidatesParams {
-                queries: query_part.stored(),
-                query_stride: query_part.stride as u64,
-                query_norms: norms_part,
-                base: base.stored(),
-                base_stride: base.stride as u64,
-                base_norms: run.base_norms,
-                keys: rows_of.global_ptr(),
-                best: best_keys.values.global_ptr(),
-                counts: counts.offset(first_query as u64),
-                width: filter.capacity as u64,
-                kept: kept as u64,
-                rows: count as u64,
-                dim: dim as u64,
-                metric: plan.metric.to_raw(),
-                reserved: 0,
-                margin,
-            };
-            self.launch(T::RERANK_CANDIDATES, shape, params)?;
+        if tf32 {
+            // The candidates that can be among the `kept` nearest get their exact keys; the
+            // `kept` best of those are the f32 filter's.
+            self.knn_rerank_candidates(
+                (query_part, norms_part),
+                (base, run.base_norms),
+                (dim, plan.metric, margin),
+                (&rows_of, counts.offset(first_query as u64)),
+                (&best_keys.values, kept),
+            )?;
             select(&mut best_keys)?;
         }
         let out = out_view(run.out, first_query * plan.k..(first_query + count) * plan.k);
@@ -1048,8 +1044,6 @@ impl Gpu {
         candidates: GlobalPtr<u64>,
         out: &DeviceBuffer<f32>,
     ) -> Result<()> {
-        let blocks = (queries.count as u64).min(MAX_ROW_BLOCKS) as u32;
-        let shape = LaunchShape { grid: (blocks, 1), block_threads: RERANK_THREADS, shared_bytes: 0 };
         let params = RerankParams {
             queries: queries.stored(),
             query_stride: queries.stride as u64,
@@ -1065,7 +1059,40 @@ impl Gpu {
             metric: metric.to_raw(),
             reserved: 0,
         };
-        self.launch(T::RERANK, shape, params)
+        self.launch(T::RERANK, rerank_shape(queries.count), params)
+    }
+
+    /// Queues the TF32 filter's re-ranking of each query of `queries`: its row of `keys`
+    /// (`counts` of them, rows of `keys.len() / queries` each) rewritten with the exact keys
+    /// of the candidates that can be among its `kept` nearest, by the `kept` best TF32 keys
+    /// in `best` (`knn_rerank_candidates_<storage>`).
+    fn knn_rerank_candidates<T: KnnStorage>(
+        &self,
+        (queries, query_norms): (VectorSet<T>, GlobalPtr<f32>),
+        (base, base_norms): (VectorSet<T>, GlobalPtr<f32>),
+        (dim, metric, margin): (usize, Metric, Margin),
+        (keys, counts): (&DeviceBuffer<u64>, GlobalPtr<u32>),
+        (best, kept): (&DeviceBuffer<u64>, usize),
+    ) -> Result<()> {
+        let params = RerankCandidatesParams {
+            queries: queries.stored(),
+            query_stride: queries.stride as u64,
+            query_norms,
+            base: base.stored(),
+            base_stride: base.stride as u64,
+            base_norms,
+            keys: keys.global_ptr(),
+            best: best.global_ptr(),
+            counts,
+            width: (keys.len() / queries.count) as u64,
+            kept: kept as u64,
+            rows: queries.count as u64,
+            dim: dim as u64,
+            metric: metric.to_raw(),
+            reserved: 0,
+            margin,
+        };
+        self.launch(T::RERANK_CANDIDATES, rerank_shape(queries.count), params)
     }
 
     /// After a TF32 or filtered search of `plan` with `workspace` has run: the queries
@@ -1292,6 +1319,13 @@ fn place_params(
     }
 }
 
+/// The grid of both re-ranking kernels over `rows` rows: a block per row (grid-stride past
+/// [`MAX_ROW_BLOCKS`]).
+fn rerank_shape(rows: usize) -> LaunchShape {
+    let blocks = (rows as u64).min(MAX_ROW_BLOCKS) as u32;
+    LaunchShape { grid: (blocks, 1), block_threads: RERANK_THREADS, shared_bytes: 0 }
+}
+
 /// The grid of `knn_place` over `rows` rows: a warp per row.
 fn place_shape(rows: usize) -> LaunchShape {
     let warps_per_block = (PLACE_THREADS / 32) as u64;
@@ -1354,6 +1388,9 @@ mod tests {
                 }
             }
         }
+        // No margin for f32, as no error bound.
+        let none = KnnPrecision::F32.margin(Metric::L2, 128, false, 1e6);
+        assert_eq!((none.per_length, none.per_norm, none.constant), (0.0, 0.0, 0.0));
         // A NaN norm or bound widens to NaN (keeps nothing); an infinite norm to infinity.
         let margin = KnnPrecision::Tf32Reranked.margin(Metric::L2, 128, false, 1e6);
         assert!(margin.widen(f32::NAN, 1.0, 1.0).is_nan() && margin.widen(1.0, f32::NAN, 1.0).is_nan());
