@@ -4,7 +4,12 @@ in all, the stall reasons' shares, then the instructions with the most samples (
 samples, executions, SASS, the top two reasons). ncu lists each instruction twice in some
 exports; rows are taken once per address.
 
-Usage: python3 docs/results/ncu_stalls.py source-KERNEL.csv [how many instructions, 40]
+Usage: python3 docs/results/ncu_stalls.py source-KERNEL.csv [how many instructions, 40] [window]
+
+With a window (a number of instructions), the share of the stall samples and the warp
+instructions executed in each window of that many consecutive SASS instructions follow
+(windows of at least 1.5 % of the samples): which part of a kernel (a loop, a sort) the time
+goes to.
 """
 
 import csv
@@ -40,6 +45,14 @@ def main():
         row = data[j]
         why = sorted(((number(row[i]), header[i][len("stall_"):]) for i in reasons if number(row[i]) > 0), reverse=True)
         print(j, row[samples], row[executed], row[source].strip()[:70], why[:2])
+    if len(sys.argv) > 3:
+        window = int(sys.argv[3])
+        for first in range(0, len(data), window):
+            part = data[first:first + window]
+            share = sum(number(row[samples]) for row in part)
+            if share * 1000 >= total * 15:
+                executions = sum(number(row[executed]) for row in part)
+                print(f"{first:6d}-{first + window:6d} samples {100 * share / total:5.1f}% exec {executions}")
 
 
 if __name__ == "__main__":

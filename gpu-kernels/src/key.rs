@@ -178,6 +178,133 @@ pub trait Key: Copy + PartialOrd + Default + Send + Sync + core::fmt::Debug + 's
     /// towards zero and saturated at the type's range (NaN gives 0). Monotone: a larger
     /// `value` never gives a smaller key.
     fn from_f64(value: f64) -> Self;
+    /// Which keys of a 16-byte vector (as memory holds them: [`key_in_vector`]'s order) rank
+    /// at or below `bound`, their rank being `to_ordered() ^ flip`: bit `e` for key `e`, of
+    /// `16 / size_of::<Self>()` bits. Branch-free, so that a pass keeping few keys tests
+    /// each one in a few instructions and branches only for those it keeps; the 16-bit
+    /// floats rank the two keys of a word at once (`ranks_at_most_16`).
+    #[inline(always)]
+    fn ranks_at_most(vector: &[u32; 4], flip: Self::Bits, bound: Self::Bits) -> u32 {
+        let mut within = 0;
+        for e in 0..16 / size_of::<Self>() {
+            let key: Self = unsafe { key_in_vector(vector, e) };
+            within |= ((key.to_ordered().xor(flip) <= bound) as u32) << e;
+        }
+        within
+    }
+    /// `rank ≤ bound` (the rank `to_ordered() ^ flip`, `flip` that of either order) as a
+    /// test on keys' bits as memory holds them, for [`Key::bits_at_most`]: one XOR and one
+    /// unsigned compare a key. A float's rank flips its bits by its sign, but every key on
+    /// one side of the bound's sign compares alike, so the bound's side picks the XOR once.
+    /// `None` where there is no such test: integers (their rank is one XOR already), and
+    /// floats whose bound falls among the NaNs' ranks (all NaNs rank as one; the test would
+    /// tell their payloads apart).
+    #[inline(always)]
+    fn bits_bound(flip: Self::Bits, bound: Self::Bits) -> Option<BitsBound<Self::Bits>> {
+        let _ = (flip, bound);
+        None
+    }
+    /// [`Key::ranks_at_most`] by a test [`Key::bits_bound`] gave, and whether the vector
+    /// holds a negative NaN, whose bits the test misjudges (it ranks as every NaN does, on
+    /// top): the caller then takes [`Key::ranks_at_most`]. Types without a test say so.
+    #[inline(always)]
+    fn bits_at_most(vector: &[u32; 4], test: BitsBound<Self::Bits>) -> (u32, bool) {
+        let _ = (vector, test);
+        (0, true)
+    }
+}
+
+/// A bound on ranks as a test on keys' bits ([`Key::bits_bound`]): a key is within it when
+/// its bits XOR `xor` are at most `at_most` (unsigned; 16-bit keys in each half of a word).
+#[derive(Clone, Copy, Debug)]
+pub struct BitsBound<B> {
+    /// XOR-ed into a key's bits (into both halves of a word of 16-bit keys).
+    pub xor: B,
+    /// The most a key within the bound compares, after the XOR.
+    pub at_most: B,
+}
+
+/// [`Key::bits_bound`] for floats of `B` (16-bit floats in the low bits of a `u32`):
+/// `bound` and `flip` on the key's own bits, `infinity` the bits of `+inf`, `sign` the
+/// sign bit, `all` every bit of the key. Smallest first (`flip` 0) a key is within when
+/// its ordered bits `o ≤ bound`: above the sign (`bound ≥ sign`) every negative key is and
+/// non-negative ones compare `x ^ sign` (their `o`); below, only negative ones with
+/// `!x ≤ bound`, i.e. `x ^ all`. Largest first, `o ≥ !bound` by the same two cases, written
+/// as `≤` by complementing: `x ^ !sign` above, `x` below. NaNs' `o` lie above `+inf`'s; the
+/// test holds for them when the bound does not split them.
+#[inline(always)]
+fn float_bits_bound<B>(flip: B, bound: B, infinity: B, sign: B, all: B) -> Option<B>
+where
+    B: Copy
+        + Ord
+        + core::ops::BitXor<Output = B>
+        + core::ops::BitOr<Output = B>
+        + core::ops::BitAnd<Output = B>,
+    B: core::ops::Add<Output = B> + From<bool>,
+{
+    let first_nan = (infinity | sign) + B::from(true);
+    let largest = flip != B::from(false);
+    let nans_alike = if largest { (bound ^ all) <= first_nan } else { bound < first_nan || bound == all };
+    let side = if bound >= sign { sign } else { all };
+    nans_alike.then_some(side ^ (flip & sign))
+}
+
+/// Key `e` of a 16-byte vector of keys of 2, 4 or 8 bytes, as memory holds them
+/// (little-endian: the first key in the lowest bits of the first word).
+///
+/// # Safety
+/// `K` is a plain 2-, 4- or 8-byte key, `e < 16 / size_of::<K>()`.
+#[inline(always)]
+pub unsafe fn key_in_vector<K: Copy>(words: &[u32; 4], e: usize) -> K {
+    const { assert!(size_of::<K>() == 2 || size_of::<K>() == 4 || size_of::<K>() == 8) };
+    if size_of::<K>() == 2 {
+        let half = (words[e / 2] >> (16 * (e % 2))) as u16;
+        unsafe { core::mem::transmute_copy::<u16, K>(&half) }
+    } else if size_of::<K>() == 4 {
+        unsafe { core::mem::transmute_copy::<u32, K>(&words[e]) }
+    } else {
+        let bits = words[2 * e] as u64 | (words[2 * e + 1] as u64) << 32;
+        unsafe { core::mem::transmute_copy::<u64, K>(&bits) }
+    }
+}
+
+/// [`Key::ranks_at_most`] for 16-bit floats whose infinity has the bits `infinity` and whose
+/// canonical NaN (sign cleared) `nan`: both keys of each word ranked at once, in the word's
+/// two halves (NaNs made the canonical one, then the sign rule and `flip`, as
+/// [`Key::to_ordered`] does key by key), and each half compared with the bound's key bits.
+/// Bit `2i` is the low half (the first key) of word `i`.
+#[inline(always)]
+fn ranks_at_most_16(vector: &[u32; 4], flip: u32, bound: u32, infinity: u32, nan: u32) -> u32 {
+    const LOW: u32 = 0x0001_0001;
+    // A rank's low half is zero padding, so `rank ≤ bound` compares the key bits alone.
+    let (flip, bound) = ((flip >> 16) * LOW, bound >> 16);
+    let mut within = 0;
+    for (i, &word) in vector.iter().enumerate() {
+        // Bit 15 of a half is set where its magnitude is above infinity's: a NaN.
+        let above_infinity = ((word & 0x7fff_7fff) + (0x7fff - infinity) * LOW) & 0x8000_8000;
+        let nans = (above_infinity >> 15) * 0xffff;
+        let bits = (word & !nans) | ((nan * LOW) & nans);
+        let negative = ((bits >> 15) & LOW) * 0xffff;
+        let ranks = bits ^ (negative | 0x8000_8000) ^ flip;
+        within |= ((ranks & 0xffff <= bound) as u32 | ((ranks >> 16 <= bound) as u32) << 1) << (2 * i);
+    }
+    within
+}
+
+/// [`Key::bits_at_most`] for 16-bit floats whose infinity has the bits `infinity`: both keys
+/// of each word at once, the high one compared whole (its low half below `at_most`'s
+/// `0xffff`), the low one shifted up; a negative NaN has the sign bit and a magnitude above
+/// infinity's.
+#[inline(always)]
+fn bits_at_most_16(vector: &[u32; 4], test: BitsBound<u32>, infinity: u32) -> (u32, bool) {
+    const LOW: u32 = 0x0001_0001;
+    let (mut within, mut negative_nans) = (0, 0);
+    for (i, &word) in vector.iter().enumerate() {
+        negative_nans |= ((word & 0x7fff_7fff) + (0x7fff - infinity) * LOW) & word;
+        let bits = word ^ test.xor;
+        within |= (((bits << 16) <= test.at_most) as u32 | ((bits <= test.at_most) as u32) << 1) << (2 * i);
+    }
+    (within, negative_nans & 0x8000_8000 != 0)
 }
 
 /// Bits below a key's own in its rank (`Key::to_ordered`): 16 for the 16-bit floats, which
@@ -209,6 +336,24 @@ macro_rules! float_key {
             fn from_ordered(bits: $bits) -> Self {
                 const SIGN: $bits = 1 << (<$bits>::BITS - 1);
                 <$float>::from_bits(if bits & SIGN != 0 { bits & !SIGN } else { !bits })
+            }
+            #[inline(always)]
+            fn bits_bound(flip: $bits, bound: $bits) -> Option<BitsBound<$bits>> {
+                const SIGN: $bits = 1 << (<$bits>::BITS - 1);
+                let infinity = <$float>::INFINITY.to_bits();
+                float_bits_bound(flip, bound, infinity, SIGN, <$bits>::MAX)
+                    .map(|xor| BitsBound { xor, at_most: bound })
+            }
+            #[inline(always)]
+            fn bits_at_most(vector: &[u32; 4], test: BitsBound<$bits>) -> (u32, bool) {
+                const SIGN: $bits = 1 << (<$bits>::BITS - 1);
+                let (mut within, mut negative_nan) = (0, false);
+                for e in 0..16 / size_of::<Self>() {
+                    let bits = unsafe { key_in_vector::<$float>(vector, e) }.to_bits();
+                    negative_nan |= bits > (<$float>::INFINITY.to_bits() | SIGN);
+                    within |= (((bits ^ test.xor) <= test.at_most) as u32) << e;
+                }
+                (within, negative_nan)
             }
             #[inline(always)]
             fn magnitude(self) -> Self {
@@ -362,6 +507,23 @@ macro_rules! half_key {
                 let narrow: fn(f32) -> u16 = $narrow;
                 <$half>::from_bits(narrow(value as f32))
             }
+            #[inline(always)]
+            fn ranks_at_most(vector: &[u32; 4], flip: u32, bound: u32) -> u32 {
+                let (infinity, nan) = (<$half>::INFINITY.to_bits(), <$half>::NAN.to_bits() & 0x7fff);
+                ranks_at_most_16(vector, flip, bound, infinity as u32, nan as u32)
+            }
+            #[inline(always)]
+            fn bits_bound(flip: u32, bound: u32) -> Option<BitsBound<u32>> {
+                // A rank's low half is zero padding: `rank ≤ bound` compares the key bits alone.
+                let (flip, bound) = (flip >> 16, bound >> 16);
+                let infinity = <$half>::INFINITY.to_bits() as u32;
+                float_bits_bound(flip, bound, infinity, 0x8000, 0xffff)
+                    .map(|xor| BitsBound { xor: xor * 0x0001_0001, at_most: bound << 16 | 0xffff })
+            }
+            #[inline(always)]
+            fn bits_at_most(vector: &[u32; 4], test: BitsBound<u32>) -> (u32, bool) {
+                bits_at_most_16(vector, test, <$half>::INFINITY.to_bits() as u32)
+            }
         }
     };
 }
@@ -459,6 +621,173 @@ mod tests {
         assert_eq!((-bf16::NAN).to_ordered(), bf16::NAN.to_ordered());
         assert!(bf16::NAN.to_ordered() > bf16::INFINITY.to_ordered());
         assert_eq!(bf16::from_ordered(bf16::from_f32(-2.5).to_ordered()), bf16::from_f32(-2.5));
+    }
+
+    /// `ranks_at_most` against `rank ≤ bound` key by key: every 16-bit key (NaNs of both
+    /// signs and any payload, ±0, ±inf, subnormals) in every slot of a vector beside keys
+    /// of every kind, under both orders and bounds at, next to and between the keys' ranks
+    /// (padding bits set or not); the 32-bit keys' default on a few keys.
+    fn check_ranks_at_most<K: Key<Bits = u32>>(from_bits: fn(u16) -> K) {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for x in 0..=u16::MAX {
+            let slot = (x % 8) as usize;
+            let mut keys = [0u16; 8];
+            for (e, key) in keys.iter_mut().enumerate() {
+                *key = if e == slot { x } else { next() as u16 };
+            }
+            let vector: [u32; 4] =
+                core::array::from_fn(|i| keys[2 * i] as u32 | (keys[2 * i + 1] as u32) << 16);
+            let rank = from_bits(x).to_ordered();
+            for flip in [0, 0xffff_0000] {
+                let own = rank ^ flip;
+                let random = next() as u32;
+                for bound in [
+                    own,
+                    own | 0xffff,
+                    own.wrapping_sub(1 << 16),
+                    own.wrapping_add(1 << 16),
+                    random,
+                    0,
+                    u32::MAX,
+                ] {
+                    let expected: u32 =
+                        (0..8).map(|e| ((from_bits(keys[e]).to_ordered() ^ flip <= bound) as u32) << e).sum();
+                    assert_eq!(
+                        K::ranks_at_most(&vector, flip, bound),
+                        expected,
+                        "{x:#x} {flip:#x} {bound:#x}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn ranks_at_most_is_rank_at_most_bound_key_by_key() {
+        check_ranks_at_most(half::bf16::from_bits);
+        check_ranks_at_most(half::f16::from_bits);
+        let keys = [f32::NAN, -f32::NAN, -0.0, 0.0, 1.0, f32::NEG_INFINITY, -3.5, f32::INFINITY];
+        let vector = |keys: &[f32]| -> [u32; 4] { core::array::from_fn(|i| keys[i].to_bits()) };
+        for pair in [&keys[..4], &keys[4..]] {
+            for flip in [0, u32::MAX] {
+                for bound in pair.iter().map(|key| key.to_ordered() ^ flip) {
+                    let expected: u32 =
+                        (0..4).map(|e| ((pair[e].to_ordered() ^ flip <= bound) as u32) << e).sum();
+                    assert_eq!(f32::ranks_at_most(&vector(pair), flip, bound), expected);
+                }
+            }
+        }
+    }
+
+    /// `bits_at_most` against `rank ≤ bound` key by key, for every 16-bit key (in 8192
+    /// vectors, and alone) under both orders and a spread of bounds (every 127th, and all near the
+    /// signs, the zeros, the infinities and the NaNs, padding bits random): where
+    /// `bits_bound` gives a test, a vector's answer is exact or it is flagged as holding
+    /// a negative NaN, and it is flagged only then; the test is missing exactly for bounds
+    /// that split the NaNs' ranks.
+    fn check_bits_at_most<K: Key<Bits = u32>>(from_bits: fn(u16) -> K) {
+        // Eight consecutive keys a vector, and each key alone (eight times: its own flag).
+        let mut vectors: std::vec::Vec<[u32; 4]> = (0..8192u32)
+            .map(|v| core::array::from_fn(|i| (8 * v + 2 * i as u32) | (8 * v + 2 * i as u32 + 1) << 16))
+            .collect();
+        vectors.extend((0..=0xffffu32).map(|key| [key * 0x0001_0001; 4]));
+        // NaNs order above +inf.
+        let negative_nan =
+            |bits: u32| from_bits(bits as u16).to_ordered() > K::HIGHEST.to_ordered() && bits & 0x8000 != 0;
+        let special = [0x0000u32, 0x7c00, 0x7e00, 0x7f80, 0x7fc0, 0x8000, 0xfc00, 0xff80, 0xffff];
+        let mut bounds: std::vec::Vec<u32> = (0..=0xffffu32).step_by(127).collect();
+        for centre in special {
+            bounds.extend((0..96u32).map(|d| (centre + d).wrapping_sub(48) & 0xffff));
+        }
+        let first_nan = (K::HIGHEST.to_ordered() >> 16) + 1;
+        for (b, &bound16) in bounds.iter().enumerate() {
+            let bound = bound16 << 16 | (b as u32 * 7919) & 0xffff;
+            for flip in [0, 0xffff_0000] {
+                // The ranks of NaNs: `first_nan ..= 0xffff`, complemented when largest first.
+                let nan_ranks = if flip == 0 { first_nan..=0xffff } else { 0..=0xffff - first_nan };
+                let splits_nans = nan_ranks.contains(&bound16) && bound16 != *nan_ranks.end();
+                let Some(test) = K::bits_bound(flip, bound) else {
+                    assert!(splits_nans, "no test for {bound:#x}, flip {flip:#x}");
+                    continue;
+                };
+                assert!(!splits_nans, "a test for {bound:#x}, flip {flip:#x}");
+                for vector in &vectors {
+                    let (within, flagged) = K::bits_at_most(vector, test);
+                    let holds_negative_nan =
+                        vector.iter().any(|&w| negative_nan(w & 0xffff) || negative_nan(w >> 16));
+                    assert_eq!(flagged, holds_negative_nan, "{vector:x?}");
+                    if !flagged {
+                        assert_eq!(
+                            within,
+                            K::ranks_at_most(vector, flip, bound),
+                            "{vector:x?} {flip:#x} {bound:#x}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bits_at_most_is_rank_at_most_bound_or_says_it_is_not() {
+        check_bits_at_most(half::bf16::from_bits);
+        check_bits_at_most(half::f16::from_bits);
+        // f32: specials and random keys, bounds at, beside and between their ranks.
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u32
+        };
+        let mut keys: std::vec::Vec<u32> = [
+            0,
+            0x8000_0000,
+            0x7f80_0000,
+            0xff80_0000,
+            0x7fc0_0000,
+            0xffc0_0000,
+            0x7f80_0001,
+            0xffff_ffff,
+            1,
+            0x8000_0001,
+        ]
+        .into();
+        keys.extend((0..4000).map(|_| next()));
+        let mut bounds: std::vec::Vec<u32> = keys.iter().map(|&k| f32::from_bits(k).to_ordered()).collect();
+        bounds.extend(bounds.clone().iter().flat_map(|&b| [b.wrapping_add(1), b.wrapping_sub(1), !b]));
+        bounds.extend([0, u32::MAX, 0x8000_0000, 0x7fff_ffff]);
+        let (mut tested, mut missing) = (0, 0);
+        for &bound in &bounds {
+            for flip in [0, u32::MAX] {
+                let Some(test) = f32::bits_bound(flip, bound) else {
+                    missing += 1;
+                    continue;
+                };
+                tested += 1;
+                for vector in keys.chunks_exact(4) {
+                    let vector = [vector[0], vector[1], vector[2], vector[3]];
+                    let (within, flagged) = f32::bits_at_most(&vector, test);
+                    let holds_negative_nan =
+                        vector.iter().any(|&k| f32::from_bits(k).is_nan() && k >> 31 == 1);
+                    assert_eq!(flagged, holds_negative_nan);
+                    if !flagged {
+                        assert_eq!(
+                            within,
+                            f32::ranks_at_most(&vector, flip, bound),
+                            "{vector:x?} {flip:#x} {bound:#x}"
+                        );
+                    }
+                }
+            }
+        }
+        assert!(missing * 20 < tested, "{missing} bounds without a test, {tested} with");
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! input order: that is what makes the placement deterministic.
 
 use crate::device::{self, SharedSlice};
+pub use crate::key::key_in_vector;
 use crate::params::GlobalPtr;
 use crate::{block, warp};
 
@@ -168,25 +169,6 @@ unsafe fn unpack_tile<K: Copy + Default>(vector: impl Fn(usize) -> [u32; 4]) -> 
         }
     }
     tile
-}
-
-/// Key `e` of a 16-byte vector of keys of 2, 4 or 8 bytes, as memory holds them
-/// (little-endian: the first key in the lowest bits of the first word).
-///
-/// # Safety
-/// `K` is a plain 2-, 4- or 8-byte key, `e < 16 / size_of::<K>()`.
-#[inline(always)]
-pub unsafe fn key_in_vector<K: Copy>(words: &[u32; 4], e: usize) -> K {
-    const { assert!(size_of::<K>() == 2 || size_of::<K>() == 4 || size_of::<K>() == 8) };
-    if size_of::<K>() == 2 {
-        let half = (words[e / 2] >> (16 * (e % 2))) as u16;
-        unsafe { core::mem::transmute_copy::<u16, K>(&half) }
-    } else if size_of::<K>() == 4 {
-        unsafe { core::mem::transmute_copy::<u32, K>(&words[e]) }
-    } else {
-        let bits = words[2 * e] as u64 | (words[2 * e + 1] as u64) << 32;
-        unsafe { core::mem::transmute_copy::<u64, K>(&bits) }
-    }
 }
 
 /// Counts buckets into a block's histogram, one thread's items at a time: a run of equal

@@ -56,7 +56,7 @@ use crate::block::bitonic_sort::{
     BlockSortLayout, MAX_BLOCK_SORT_LEN, PAIRS_PER_THREAD, SORT_THREADS, sort_capacity, sort_slots,
 };
 use crate::device::{self, SharedLayout, SharedRegion, SharedSlice};
-use crate::key::{Key, OrderedBits, rank_padding_bits};
+use crate::key::{BitsBound, Key, OrderedBits, rank_padding_bits};
 use crate::params::{GlobalPtr, Order};
 use crate::topk::radix::DigitRuns;
 use crate::topk::rows::{NO_INDEX, Part, RowsParams, part_at};
@@ -200,7 +200,44 @@ impl<K: Key> Row<K> {
     unsafe fn for_each_until<const MAY_STOP: bool>(
         &self,
         stop: impl Fn() -> bool,
-        mut visit: impl FnMut(K::Bits, u64),
+        visit: impl FnMut(K::Bits, u64),
+    ) {
+        unsafe { self.for_each_tile_until::<MAY_STOP>(stop, &mut EachKey(visit)) }
+    }
+
+    /// Calls `keep(rank, position)` for every key of the row ranked at or below `bound`, as
+    /// [`Row::for_each_until`] visits them. A tile's keys are tested a 16-byte vector at a
+    /// time without a branch (floats by their bits, [`Key::bits_at_most`], else by their
+    /// ranks, [`Key::ranks_at_most`]); only the few within the bound are read again (from
+    /// the cache the tile came through) and handed to `keep`. (A branch per key around
+    /// `keep` cost 16 warp instructions a bf16 key, most of a long row's gather: H200 run
+    /// 354.)
+    ///
+    /// # Safety
+    /// As [`Row::for_each_until`].
+    #[inline(always)]
+    unsafe fn for_each_within_until<const MAY_STOP: bool>(
+        &self,
+        bound: K::Bits,
+        stop: impl Fn() -> bool,
+        keep: impl FnMut(K::Bits, u64),
+    ) {
+        let test = K::bits_bound(self.flip, bound);
+        unsafe { self.for_each_tile_until::<MAY_STOP>(stop, &mut WithinBound { bound, test, keep }) }
+    }
+
+    /// The loop of [`Row::for_each_until`]: the keys before the row's first 16-byte boundary
+    /// and after its last whole tile go to `visitor` one by one, each whole tile at once:
+    /// this thread's [`tile_vectors`] 16-byte vectors of it, all loaded before the first is
+    /// visited.
+    ///
+    /// # Safety
+    /// As [`Row::for_each_until`].
+    #[inline(always)]
+    unsafe fn for_each_tile_until<const MAY_STOP: bool>(
+        &self,
+        stop: impl Fn() -> bool,
+        visitor: &mut impl TileVisitor<K>,
     ) {
         let thread = device::thread_idx_x() as u64;
         let key_bytes = size_of::<K>() as u64;
@@ -208,18 +245,17 @@ impl<K: Key> Row<K> {
         let address = self.keys.address() + self.start * key_bytes;
         let head = ((16 - address % 16) % 16 / key_bytes).min(self.len);
         if thread < head {
-            visit(self.rank(unsafe { self.keys.read(self.start + thread) }), thread);
+            visitor.key(self.rank(unsafe { self.keys.read(self.start + thread) }), thread);
         }
         let per_vector = 16 / key_bytes;
         let tile_keys = RADIX_ROWS_THREADS as u64 * tile_vectors::<K>() as u64 * per_vector;
         let body_end = head + (self.len - head) / tile_keys * tile_keys;
-        // Vector `j` of the thread holds keys `tile + per_vector·(thread + 256·j) …`.
         let load = |tile: u64| {
-            let vectors = unsafe { self.keys.as_ptr().add((self.start + tile) as usize) } as *const u32;
             let mut words = [[0u32; 4]; MAX_VECTORS];
             for (j, vector) in words[..tile_vectors::<K>()].iter_mut().enumerate() {
-                let at = (thread + (j * RADIX_ROWS_THREADS as usize) as u64) as usize;
-                *vector = unsafe { device::load_global_v4(vectors.add(4 * at)) };
+                let at =
+                    unsafe { self.keys.as_ptr().add((self.start + vector_start::<K>(tile, j)) as usize) };
+                *vector = unsafe { device::load_global_v4(at as *const u32) };
             }
             words
         };
@@ -234,25 +270,111 @@ impl<K: Key> Row<K> {
             if next < body_end {
                 next_words = load(next);
             }
-            for (j, vector) in words[..tile_vectors::<K>()].iter().enumerate() {
-                let first = tile + (thread + (j * RADIX_ROWS_THREADS as usize) as u64) * per_vector;
-                for e in 0..per_vector as usize {
-                    let key = unsafe { block::tiles::key_in_vector::<K>(vector, e) };
-                    visit(self.rank(key), first + e as u64);
-                }
-            }
+            unsafe { visitor.tile(self, &words, tile) };
             tile = next;
         }
         while tile < self.len {
             for i in 0..ITEMS as u64 {
                 let position = tile + i * RADIX_ROWS_THREADS as u64 + thread;
                 if position < self.len {
-                    visit(self.rank(unsafe { self.keys.read(self.start + position) }), position);
+                    visitor.key(self.rank(unsafe { self.keys.read(self.start + position) }), position);
                 }
             }
             tile += TILE;
         }
     }
+}
+
+/// What [`Row::for_each_tile_until`] hands a row's keys to: those outside the whole tiles one
+/// by one, each whole tile at once.
+trait TileVisitor<K: Key> {
+    /// Key at `position`, ranked `rank`.
+    fn key(&mut self, rank: K::Bits, position: u64);
+    /// This thread's vectors of the tile of `row` that starts at position `tile` (vector
+    /// `j`'s first key at [`vector_start`]).
+    ///
+    /// # Safety
+    /// The tile is within the row.
+    unsafe fn tile(&mut self, row: &Row<K>, words: &[[u32; 4]; MAX_VECTORS], tile: u64);
+}
+
+/// Every key to the closure ([`Row::for_each_until`]).
+struct EachKey<F>(F);
+
+impl<K: Key, F: FnMut(K::Bits, u64)> TileVisitor<K> for EachKey<F> {
+    #[inline(always)]
+    fn key(&mut self, rank: K::Bits, position: u64) {
+        (self.0)(rank, position)
+    }
+
+    #[inline(always)]
+    unsafe fn tile(&mut self, row: &Row<K>, words: &[[u32; 4]; MAX_VECTORS], tile: u64) {
+        for (j, vector) in words[..tile_vectors::<K>()].iter().enumerate() {
+            for e in 0..16 / size_of::<K>() {
+                let key = unsafe { block::tiles::key_in_vector::<K>(vector, e) };
+                (self.0)(row.rank(key), vector_start::<K>(tile, j) + e as u64);
+            }
+        }
+    }
+}
+
+/// The keys ranked at or below `bound` to `keep` ([`Row::for_each_within_until`]), tested
+/// on their bits by `test` where the key type has one ([`Key::bits_bound`]).
+struct WithinBound<B, F> {
+    bound: B,
+    test: Option<BitsBound<B>>,
+    keep: F,
+}
+
+impl<K: Key, F: FnMut(K::Bits, u64)> TileVisitor<K> for WithinBound<K::Bits, F> {
+    #[inline(always)]
+    fn key(&mut self, rank: K::Bits, position: u64) {
+        if rank <= self.bound {
+            (self.keep)(rank, position);
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn tile(&mut self, row: &Row<K>, words: &[[u32; 4]; MAX_VECTORS], tile: u64) {
+        let per_vector = 16 / size_of::<K>();
+        let ranked = |within: &mut u32| {
+            for (j, vector) in words[..tile_vectors::<K>()].iter().enumerate() {
+                *within |= K::ranks_at_most(vector, row.flip, self.bound) << (j * per_vector);
+            }
+        };
+        let mut within = 0u32;
+        if let Some(test) = self.test {
+            // A float's bits against the bound: fewer instructions than its rank (the
+            // sign rule, NaNs made one); a negative NaN (rare) sends the tile to its ranks.
+            let mut negative_nan = false;
+            for (j, vector) in words[..tile_vectors::<K>()].iter().enumerate() {
+                let (bits, nan) = K::bits_at_most(vector, test);
+                within |= bits << (j * per_vector);
+                negative_nan |= nan;
+            }
+            if negative_nan {
+                within = 0;
+                ranked(&mut within);
+            }
+        } else {
+            ranked(&mut within);
+        }
+        while within != 0 {
+            let index = within.trailing_zeros() as usize;
+            within &= within - 1;
+            let position = vector_start::<K>(tile, index / per_vector) + (index % per_vector) as u64;
+            (self.keep)(row.rank(unsafe { row.keys.read(row.start + position) }), position);
+        }
+    }
+}
+
+/// The row position of the first key of this thread's vector `j` in the tile that starts
+/// at `tile` ([`Row::for_each_tile_until`]): vector `j` holds keys
+/// `tile + per_vector·(thread + 256·j) …`, `per_vector` = `16 / size_of::<K>()`.
+#[inline(always)]
+fn vector_start<K>(tile: u64, j: usize) -> u64 {
+    let thread = device::thread_idx_x() as u64;
+    tile + (thread + (j * RADIX_ROWS_THREADS as usize) as u64) * (16 / size_of::<K>()) as u64
 }
 
 /// Ranks a pass visits, each thread its share: the row (from global memory) or the pool.
@@ -562,13 +684,11 @@ unsafe fn speculate<K: Key>(
         unsafe { (layout.next_slot.bind(), layout.pool_bits.bind(), layout.pool_positions.bind()) };
     let pool_full = || unsafe { next_slot.atomic_add(1, 0) } > POOL as u32;
     unsafe {
-        row.for_each_until::<true>(pool_full, |rank, position| {
-            if rank <= bound {
-                let slot = next_slot.atomic_add(1, 1) as usize;
-                if slot < POOL as usize {
-                    bits.store(slot, rank);
-                    positions.store(slot, position as u32);
-                }
+        row.for_each_within_until::<true>(bound, pool_full, |rank, position| {
+            let slot = next_slot.atomic_add(1, 1) as usize;
+            if slot < POOL as usize {
+                bits.store(slot, rank);
+                positions.store(slot, position as u32);
             }
         });
         device::sync_threads();
@@ -1089,16 +1209,18 @@ pub unsafe fn bounded_filter<K: Key>(params: BoundedParams<K>) {
     // column); those strictly below are counted apart (`next_slot[0]`).
     let mut better = 0u32;
     unsafe {
-        piece.for_each(|rank, position| {
-            if rank <= bound {
+        piece.for_each_within_until::<false>(
+            bound,
+            || false,
+            |rank, position| {
                 better += (rank < bound) as u32;
                 let slot = next_slot.atomic_add(1, 1) as usize;
                 if slot < POOL as usize {
                     bits.store(slot, rank);
                     positions.store(slot, position as u32);
                 }
-            }
-        });
+            },
+        );
         if better > 0 {
             next_slot.atomic_add(0, better);
         }
