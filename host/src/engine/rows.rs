@@ -687,7 +687,7 @@ const BOUNDED_MIN_PART_LEN: u64 = 4096;
 /// The bounded split ([`RowsPlan::BoundedRadix`]) where it applies and is taken: dense rows
 /// of 16- or 32-bit keys (ranked in 32 bits: the kernel's pool holds the sample), a bound
 /// the sample can give ([`bounded_bound`]), at least two parts of
-/// [`BOUNDED_MIN_PART_LEN`] within one wave; taken for one row where it measured faster
+/// [`BOUNDED_MIN_PART_LEN`] (within one wave for one row); taken where it measured faster
 /// ([`bounded_pays`]) unless [`Tuning::rows_bounded_split`] says otherwise, or parts are forced
 /// ([`Tuning::rows_radix_parts`]).
 fn bounded_plan(
@@ -707,10 +707,11 @@ fn bounded_plan(
     let (rank, _) = bounded_bound((k as u64).min(rows.cols), rows.cols)?;
     let target = (multiprocessors * RADIX_TARGET_BLOCKS_PER_SM) as u64;
     let longest = (rows.cols / BOUNDED_MIN_PART_LEN).min(MAX_BLOCKS_PER_ROW);
-    // Forced, rows take two parts even past one wave (tests run the split on any device).
+    // Forced, rows take two parts even past one wave (tests run the split on any device);
+    // so do many rows where it pays (measured so: 256 rows in two waves of halves).
     let (takes, least) = match tuning.rows_bounded_split {
         Some(forced) => (forced, 2),
-        None => (rows.count == 1 && bounded_pays(rows.cols, k, key_bytes), 0),
+        None => (bounded_pays(rows.count, rows.cols, k, key_bytes), if rows.count > 1 { 2 } else { 0 }),
     };
     let parts = (target / rows.count).max(least).min(longest);
     (takes && parts >= 2)
@@ -724,9 +725,15 @@ fn bounded_plan(
 /// whose candidates are narrowed by column) from 256 at 2^17 … 2^19 and from 512 at 2^20 …
 /// 2^22, and at `k > 1024` from 2^17 to 2^24. Below `k` = 128 the sample's bound keeps at
 /// least ten sample keys' worth of candidates and the finish's narrowing costs more than
-/// the parts' own `k` best (2^20 at k = 16: 0.031 → 0.037).
-fn bounded_pays(cols: u64, k: u32, key_bytes: usize) -> bool {
+/// the parts' own `k` best (2^20 at k = 16: 0.031 → 0.037). Many rows (H200 run 358,
+/// bf16 logit rows, after the parts' gather without a branch a key): 64 × 131 072 at `k =
+/// 1024` 0.0486 → 0.0400 ms, 256 × 262 144 0.1549 → 0.1103 (halves, two waves); at `k = 50`
+/// it lost (0.0274 → 0.0283, 0.0793 → 0.0863); other `k` and 32-bit keys not measured.
+fn bounded_pays(rows: u64, cols: u64, k: u32, key_bytes: usize) -> bool {
     let log_n = cols.max(1).ilog2();
+    if rows > 1 {
+        return key_bytes == 2 && k >= 1024 && log_n >= 17;
+    }
     if key_bytes == 2 {
         matches!((log_n, k), (17..=19, 256..) | (20..=22, 512..) | (17..=24, 1025..))
     } else {
@@ -1064,6 +1071,23 @@ mod tests {
             resolve(RowsAlgorithm::WarpSelect, rows(64, 131_072), 1024, 4, H200, &Tuning::default()),
             Some(RowsAlgorithm::WarpSelect)
         );
+    }
+
+    /// Many long rows of 16-bit keys at `k = 1024` take the bounded split, in at least two
+    /// parts (H200 run 358: 64 × 131 072 0.0486 → 0.0400 ms, 256 × 262 144 0.1549 → 0.1103);
+    /// at `k = 50`, and for 32-bit keys (not measured), the split before it.
+    #[test]
+    fn many_rows_of_16_bit_keys_at_large_k_take_the_bounded_split() {
+        let plan = |shape, k, key_bytes| {
+            let algorithm =
+                resolve(RowsAlgorithm::Auto, shape, k, key_bytes, H200, &Tuning::default()).unwrap();
+            plan(algorithm, shape, k as u32, key_bytes, H200.multiprocessors, &Tuning::default())
+        };
+        assert!(matches!(plan(rows(64, 131_072), 1024, 2), RowsPlan::BoundedRadix { parts: 4, .. }));
+        assert!(matches!(plan(rows(256, 262_144), 1024, 2), RowsPlan::BoundedRadix { parts: 2, .. }));
+        assert!(matches!(plan(rows(64, 131_072), 50, 2), RowsPlan::BlockRadix { parts: 4, .. }));
+        assert!(matches!(plan(rows(256, 262_144), 50, 2), RowsPlan::BlockRadix { parts: 1, .. }));
+        assert!(matches!(plan(rows(64, 131_072), 1024, 4), RowsPlan::BlockRadix { .. }));
     }
 
     /// One sweep's timings: (key bytes, rows, cols, k) → ms.
