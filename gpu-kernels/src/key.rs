@@ -224,13 +224,13 @@ pub struct BitsBound<B> {
     pub at_most: B,
 }
 
-/// [`Key::bits_bound`] for floats of `B` (16-bit floats in the low bits of a `u32`):
-/// `bound` and `flip` on the key's own bits, `infinity` the bits of `+inf`, `sign` the
-/// sign bit, `all` every bit of the key. Smallest first (`flip` 0) a key is within when
-/// its ordered bits `o ≤ bound`: above the sign (`bound ≥ sign`) every negative key is and
-/// non-negative ones compare `x ^ sign` (their `o`); below, only negative ones with
-/// `!x ≤ bound`, i.e. `x ^ all`. Largest first, `o ≥ !bound` by the same two cases, written
-/// as `≤` by complementing: `x ^ !sign` above, `x` below. NaNs' `o` lie above `+inf`'s; the
+/// [`Key::bits_bound`] for floats of `B` (16-bit floats in the low bits of a `u32`): `bound`
+/// and `flip` on the key's own bits, `infinity` the bits of `+inf`, `sign` the sign bit, `all`
+/// every bit. Smallest first (`flip` 0) a key `x` is within when its ordered bits `o ≤ bound`:
+/// for `bound ≥ sign` every negative key is, and the others compare `x ^ sign` (their `o`);
+/// for `bound < sign` only negative ones with `!x ≤ bound`, i.e. `x ^ all`. Largest first,
+/// `o ≥ !bound`, as `≤` by complementing: `x` for `bound ≥ sign` (every non-negative key and
+/// the negative ones with `x ≤ bound`), `x ^ !sign` below. NaNs' `o` lie above `+inf`'s; the
 /// test holds for them when the bound does not split them.
 #[inline(always)]
 fn float_bits_bound<B>(flip: B, bound: B, infinity: B, sign: B, all: B) -> Option<B>
