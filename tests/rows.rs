@@ -575,6 +575,56 @@ fn bounded_split_whose_sample_misleads() {
     }
 }
 
+/// Long rows (longer than the pool, so one read gathers them under the sample's bound) whose
+/// `k`-th best falls on `+0`, on `-0`, among NaNs, or among negative keys, with NaNs of both
+/// signs and several payloads spread through them: the gather tests whole tiles by the keys'
+/// bits against the bound (`Key::bits_bound`), takes ranks for a tile holding a negative NaN
+/// and for a bound among the NaNs' ranks, and the keys outside whole tiles one by one. Row 0
+/// is mostly negative, row 1 its mirror; both orders, the radix kernel and the bounded split.
+fn check_gather_at_zeros_and_nans<K: TestKey>(convert: fn(f32) -> K, nans: [K; 4]) {
+    let cols = 20_011;
+    let mut random = common::SplitMix(cols as u64);
+    let mut row = |sign: f32| -> Vec<K> {
+        let mut keys: Vec<K> = (0..cols)
+            .map(|i| match i % 50 {
+                0..=1 => convert(sign * 0.0),
+                2 => convert(-sign * 0.0),
+                3 if i % 200 == 3 => convert(-sign * (1.0 + (random.next() >> 44) as f32 / 4096.0)),
+                _ => convert(sign * (1e-3 + (random.next() >> 40) as f32 / (1u64 << 24) as f32)),
+            })
+            .collect();
+        for (j, nan) in nans.iter().cycle().take(40).enumerate() {
+            keys[(j * 997 + 11) % cols] = *nan;
+        }
+        keys
+    };
+    let data: Vec<K> = [row(-1.0), row(1.0)].concat();
+    let plain = common::gpu();
+    for gpu in [without_bounded_split(&plain), with_bounded_split(&plain)] {
+        for k in [10, 60, 150, 500, 1000, 2048] {
+            for order in [Order::Largest, Order::Smallest] {
+                check_data::<K>(&gpu, &data, 2, cols, k, order, Algorithm::RadixSelect);
+            }
+        }
+    }
+}
+
+#[test]
+fn long_rows_gathered_at_zeros_and_nans() {
+    check_gather_at_zeros_and_nans::<f32>(
+        |value| value,
+        [0x7fc0_0000, 0xffc0_0000, 0xff80_0001, 0x7fff_ffff].map(f32::from_bits),
+    );
+    check_gather_at_zeros_and_nans::<half::bf16>(
+        half::bf16::from_f32,
+        [0x7fc0, 0xffc0, 0xff81, 0x7fff].map(half::bf16::from_bits),
+    );
+    check_gather_at_zeros_and_nans::<half::f16>(
+        half::f16::from_f32,
+        [0x7e00, 0xfe00, 0xfc01, 0x7fff].map(half::f16::from_bits),
+    );
+}
+
 /// Long rows whose evenly spaced keys (the radix kernel's sample: `SAMPLE` of them at
 /// `i · len / SAMPLE`) are the row's best: the sample bounds the `k`-th best too tightly, fewer
 /// than `k` keys fall within the bound, and the kernel must read the row again the usual way.
