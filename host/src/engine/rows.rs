@@ -708,10 +708,14 @@ fn bounded_plan(
     let target = (multiprocessors * RADIX_TARGET_BLOCKS_PER_SM) as u64;
     let longest = (rows.cols / BOUNDED_MIN_PART_LEN).min(MAX_BLOCKS_PER_ROW);
     // Forced, rows take two parts even past one wave (tests run the split on any device);
-    // so do many rows where it pays (measured so: 256 rows in two waves of halves).
+    // so do many rows where it pays (measured so: 256 rows in two waves of halves), as many
+    // as the split before it would split too (more rows: not measured).
     let (takes, least) = match tuning.rows_bounded_split {
         Some(forced) => (forced, 2),
-        None => (bounded_pays(rows.count, rows.cols, k, key_bytes), if rows.count > 1 { 2 } else { 0 }),
+        None => (
+            rows.count <= target && bounded_pays(rows.count, rows.cols, k, key_bytes),
+            if rows.count > 1 { 2 } else { 0 },
+        ),
     };
     let parts = (target / rows.count).max(least).min(longest);
     (takes && parts >= 2)
@@ -728,11 +732,12 @@ fn bounded_plan(
 /// the parts' own `k` best (2^20 at k = 16: 0.031 → 0.037). Many rows (H200 run 358,
 /// bf16 logit rows, after the parts' gather without a branch a key): 64 × 131 072 at `k =
 /// 1024` 0.0486 → 0.0400 ms, 256 × 262 144 0.1549 → 0.1103 (halves, two waves); at `k = 50`
-/// it lost (0.0274 → 0.0283, 0.0793 → 0.0863); other `k` and 32-bit keys not measured.
+/// it lost (0.0274 → 0.0283, 0.0793 → 0.0863); f32 lost at 256 × 262 144 (run 359); other
+/// `k` and row lengths not measured, so not taken.
 fn bounded_pays(rows: u64, cols: u64, k: u32, key_bytes: usize) -> bool {
     let log_n = cols.max(1).ilog2();
     if rows > 1 {
-        return key_bytes == 2 && k >= 1024 && log_n >= 17;
+        return key_bytes == 2 && k >= 1024 && (17..=18).contains(&log_n);
     }
     if key_bytes == 2 {
         matches!((log_n, k), (17..=19, 256..) | (20..=22, 512..) | (17..=24, 1025..))
@@ -1075,7 +1080,8 @@ mod tests {
 
     /// Many long rows of 16-bit keys at `k = 1024` take the bounded split, in at least two
     /// parts (H200 run 358: 64 × 131 072 0.0486 → 0.0400 ms, 256 × 262 144 0.1549 → 0.1103);
-    /// at `k = 50`, and for 32-bit keys (not measured), the split before it.
+    /// at `k = 50`, for 32-bit keys (slower at 256 × 262 144, run 359) and on shapes not
+    /// measured, the split before it.
     #[test]
     fn many_rows_of_16_bit_keys_at_large_k_take_the_bounded_split() {
         let plan = |shape, k, key_bytes| {
@@ -1088,6 +1094,10 @@ mod tests {
         assert!(matches!(plan(rows(64, 131_072), 50, 2), RowsPlan::BlockRadix { parts: 4, .. }));
         assert!(matches!(plan(rows(256, 262_144), 50, 2), RowsPlan::BlockRadix { parts: 1, .. }));
         assert!(matches!(plan(rows(64, 131_072), 1024, 4), RowsPlan::BlockRadix { .. }));
+        // Shapes not measured keep the split before it: more rows than one wave of blocks,
+        // rows of 2^19 keys.
+        assert!(matches!(plan(rows(1000, 131_072), 1024, 2), RowsPlan::BlockRadix { .. }));
+        assert!(matches!(plan(rows(64, 1 << 19), 1024, 2), RowsPlan::BlockRadix { .. }));
     }
 
     /// One sweep's timings: (key bytes, rows, cols, k) → ms.
