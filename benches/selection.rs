@@ -1408,8 +1408,10 @@ fn small_sweep(gpu: &Gpu) {
 /// default): one row of 2^14 … 2^24 uniform keys (f32, bf16), `k` of [`SMALL_SWEEP_KS`],
 /// largest first, into the caller's workspace, with `rows_bounded_split` at `Some(true)`
 /// (wherever it applies) and `Some(false)` (never), beside the fastest array algorithm
-/// (bitonic, radix, SampleSelect), then the LLM rows (bf16 64 × 131 072 and
-/// 256 × 262 144, f32 8 × 2^20; k = 50, 1024) both ways; one line per case.
+/// (bitonic, radix, SampleSelect), then many rows both ways ([`BOUNDED_SWEEP_ROWS`] of
+/// logit-like values, bf16 and f32, `k` of [`BOUNDED_SWEEP_ROWS_KS`]: where `bounded_pays`
+/// could take the split for many rows beyond the shapes it was measured on); one line per
+/// case.
 fn bounded_sweep(gpu: &Gpu) {
     fn both<K: SelectKey>(
         gpu: &Gpu,
@@ -1451,10 +1453,10 @@ fn bounded_sweep(gpu: &Gpu) {
     fn rows_of<K: SelectKey>(gpu: &Gpu, convert: fn(f32) -> K, (rows, cols): (usize, usize)) {
         let matrix = gpu
             .upload(
-                &uniform_f32(rows * cols, (rows + cols) as u64).into_iter().map(convert).collect::<Vec<K>>(),
+                &logits_f32(rows * cols, (rows + cols) as u64).into_iter().map(convert).collect::<Vec<K>>(),
             )
             .unwrap();
-        for k in [50, 1024] {
+        for k in BOUNDED_SWEEP_ROWS_KS {
             let [bounded, before] = both(gpu, &matrix, (rows, cols, k));
             eprintln!(
                 "bounded-sweep rows: {} {rows}x{cols} k={k} | bounded {bounded:.4} | before {before:.4} | {:.3}",
@@ -1463,10 +1465,26 @@ fn bounded_sweep(gpu: &Gpu) {
             );
         }
     }
-    rows_of::<half::bf16>(gpu, half::bf16::from_f32, (64, 131_072));
-    rows_of::<half::bf16>(gpu, half::bf16::from_f32, (256, 262_144));
-    rows_of::<f32>(gpu, |value| value, (8, 1 << 20));
+    for shape in BOUNDED_SWEEP_ROWS {
+        rows_of::<half::bf16>(gpu, half::bf16::from_f32, shape);
+        rows_of::<f32>(gpu, |value| value, shape);
+    }
 }
+
+/// The many-rows shapes of the bounded sweep: batch × vocabulary of LLM sampling (Llama 2's
+/// 32 000 to Gemma's 262 144), fewer and more rows than a wave of blocks, longer rows.
+const BOUNDED_SWEEP_ROWS: [(usize, usize); 8] = [
+    (64, 32_000),
+    (64, 131_072),
+    (256, 131_072),
+    (256, 262_144),
+    (512, 131_072),
+    (1024, 131_072),
+    (8, 1 << 20),
+    (64, 1 << 19),
+];
+/// The `k` of the bounded sweep's many rows.
+const BOUNDED_SWEEP_ROWS_KS: [usize; 6] = [50, 128, 256, 512, 1024, 2048];
 
 /// The batches of the half-precision sweep (section `half-sweep`): one sequence, a serving
 /// batch, a large batch.
