@@ -623,18 +623,22 @@ mod tests {
         assert_eq!(bf16::from_ordered(bf16::from_f32(-2.5).to_ordered()), bf16::from_f32(-2.5));
     }
 
+    /// Xorshift64: the tests' keys, reproducible without a crate.
+    fn xorshift(mut state: u64) -> impl FnMut() -> u64 {
+        move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        }
+    }
+
     /// `ranks_at_most` against `rank ≤ bound` key by key: every 16-bit key (NaNs of both
     /// signs and any payload, ±0, ±inf, subnormals) in every slot of a vector beside keys
     /// of every kind, under both orders and bounds at, next to and between the keys' ranks
     /// (padding bits set or not); the 32-bit keys' default on a few keys.
     fn check_ranks_at_most<K: Key<Bits = u32>>(from_bits: fn(u16) -> K) {
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
         for x in 0..=u16::MAX {
             let slot = (x % 8) as usize;
             let mut keys = [0u16; 8];
@@ -739,13 +743,8 @@ mod tests {
         check_bits_at_most(half::bf16::from_bits);
         check_bits_at_most(half::f16::from_bits);
         // f32: specials and random keys, bounds at, beside and between their ranks.
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        let mut next = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state as u32
-        };
+        let mut random = xorshift(0x2545_f491_4f6c_dd1d);
+        let mut next = || random() as u32;
         let mut keys: std::vec::Vec<u32> = [
             0,
             0x8000_0000,
