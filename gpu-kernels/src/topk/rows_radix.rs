@@ -422,6 +422,17 @@ pub(crate) struct Narrowed<B> {
 }
 
 impl<B: OrderedBits> Narrowed<B> {
+    /// The state before any pass over `count` keys whose ranks all lie within `low ..=
+    /// high`: the bits those two share, every rank between them shares too, so they are
+    /// chosen already and the first pass takes the next digit below them (bf16 logits'
+    /// best ~2000 share sign and most of the exponent: one pass fewer).
+    #[inline(always)]
+    pub(crate) fn spanning(low: B, high: B, count: u64) -> Self {
+        let shift = u64::BITS - (low.to_u64() ^ high.to_u64()).leading_zeros();
+        let prefix = if shift >= B::BITS { B::MIN } else { B::from_u64(high.to_u64() >> shift << shift) };
+        Narrowed { shift: shift.min(B::BITS), prefix, better: 0, in_prefix: count }
+    }
+
     #[inline(always)]
     pub(crate) fn has_prefix(&self, rank: B) -> bool {
         self.shift >= B::BITS || rank.shr(self.shift) == self.prefix.shr(self.shift)
@@ -1135,7 +1146,7 @@ pub const fn bounded_bound(wanted: u64, len: u64) -> Option<(u64, u64)> {
 }
 
 /// Words of [`BoundedParams::tallies`] per row.
-pub const BOUNDED_TALLIES: u64 = 4;
+pub const BOUNDED_TALLIES: u64 = 5;
 
 /// Parameters of the bounded split of dense rows (`top_k_rows_radix_bounded_<key>`, then
 /// `top_k_rows_radix_bounded_finish_<key>`): `rows` as for the radix kernel, its
@@ -1150,9 +1161,10 @@ pub struct BoundedParams<K> {
     /// Their columns in the row.
     pub candidate_positions: GlobalPtr<u64>,
     /// Per row, [`BOUNDED_TALLIES`] words, zero before the first pass: its keys ranked below
-    /// the bound, its keys ranked at it, the bound (ordered bits, order flip applied), and
-    /// the candidate slots taken (the keys of both kinds, plus `capacity + 1` for each block
-    /// that could not keep them all).
+    /// the bound, its keys ranked at it, the bound (ordered bits, order flip applied), the
+    /// candidate slots taken (the keys of both kinds, plus `capacity + 1` for each block
+    /// that could not keep them all), and the complement of the best rank kept (the
+    /// largest of the blocks').
     pub tallies: GlobalPtr<u64>,
     /// Candidates a row holds at most ([`bounded_bound`]).
     pub capacity: u64,
@@ -1208,12 +1220,18 @@ pub unsafe fn bounded_filter<K: Key>(params: BoundedParams<K>) {
     // Keys at or below the bound go to the pool (ties too: the finish breaks them by
     // column); those strictly below are counted apart (`next_slot[0]`).
     let mut better = 0u32;
+    // The best rank this thread kept: the finish's narrowing starts below the bits every
+    // candidate shares (those of the row's best and the bound).
+    let mut best = K::Bits::MAX;
     unsafe {
         piece.for_each_within_until::<false>(
             bound,
             || false,
             |rank, position| {
                 better += (rank < bound) as u32;
+                if rank < best {
+                    best = rank;
+                }
                 let slot = next_slot.atomic_add(1, 1) as usize;
                 if slot < POOL as usize {
                     bits.store(slot, rank);
@@ -1224,9 +1242,14 @@ pub unsafe fn bounded_filter<K: Key>(params: BoundedParams<K>) {
         if better > 0 {
             next_slot.atomic_add(0, better);
         }
-        device::sync_threads();
     }
     let tallies = rows_tallies(&params, row_index);
+    // The row's best kept rank, as the largest complement (the tallies start at zero).
+    let warp_best = unsafe { warp::reduce_min_u64(best.to_u64()) };
+    if device::lane_id() == 0 && warp_best != K::Bits::MAX.to_u64() {
+        unsafe { device::global_atomic_max_u64(tallies.as_ptr().add(4), !warp_best) };
+    }
+    unsafe { device::sync_threads() };
     let kept = unsafe { next_slot.load(1) } as u64;
     if device::thread_idx_x() == 0 {
         // A block that kept more than its pool lost candidates: the row's slots pass the
@@ -1336,8 +1359,8 @@ pub unsafe fn bounded_finish<K: Key>(params: BoundedParams<K>) {
         return;
     }
     let tallies = rows_tallies(&params, row_index);
-    let (kept, ties, bound, slots) =
-        unsafe { (tallies.read(0), tallies.read(1), tallies.read(2), tallies.read(3)) };
+    let (kept, ties, bound, slots, best) =
+        unsafe { (tallies.read(0), tallies.read(1), tallies.read(2), tallies.read(3), !tallies.read(4)) };
     let k = rows.k as u64;
     let wanted = k.min(rows.cols);
     let whole = Part { row_start: row_index * rows.row_stride, begin: 0, end: rows.cols };
@@ -1355,7 +1378,10 @@ pub unsafe fn bounded_finish<K: Key>(params: BoundedParams<K>) {
         };
         let layout = unsafe { cleared_layout::<K::Bits>() };
         let sort_target = k.next_power_of_two().min(CAPACITY);
-        let narrowed = Narrowed { shift: K::Bits::BITS, prefix: K::Bits::MIN, better: 0, in_prefix: slots };
+        // Every candidate ranks from the best kept to the bound (the whole range, were none
+        // recorded).
+        let low = K::Bits::from_u64(if best <= bound { best } else { 0 });
+        let narrowed = Narrowed::spanning(low, K::Bits::from_u64(bound), slots);
         let count =
             unsafe { finish_from_pool::<K>(rows.cols, &candidates, &layout, narrowed, wanted, sort_target) };
         unsafe { sort_and_write(&rows, &layout, (row_index, whole.row_start, 0), count, largest) };
@@ -1367,5 +1393,65 @@ pub unsafe fn bounded_finish<K: Key>(params: BoundedParams<K>) {
         unsafe { sort_and_write(&rows, &layout, (row_index, whole.row_start, 0), count, largest) };
     } else {
         unsafe { select_part(&rows, row_index, whole) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Narrowed;
+    use crate::key::OrderedBits;
+
+    /// `spanning` chooses exactly the bits that `low` and `high` share: every rank between
+    /// them has the prefix, and the next bit down tells `low` from `high`.
+    fn check_spanning<B: OrderedBits + core::fmt::Debug>(low: B, high: B) {
+        let narrowed = Narrowed::spanning(low, high, 7);
+        assert_eq!((narrowed.better, narrowed.in_prefix), (0, 7));
+        let (low, high) = (low.to_u64(), high.to_u64());
+        let middle = low + (high - low) / 2;
+        for rank in [low, low.saturating_add(1), middle, high.saturating_sub(1), high] {
+            if (low..=high).contains(&rank) {
+                assert!(narrowed.has_prefix(B::from_u64(rank)), "{low:#x} ..= {high:#x}: {rank:#x}");
+            }
+        }
+        assert!(narrowed.upper().to_u64() >= high);
+        if narrowed.shift > 0 {
+            let bit = 1u64 << (narrowed.shift - 1);
+            assert_ne!(low & bit, high & bit, "{low:#x} ..= {high:#x}: shift {}", narrowed.shift);
+        }
+        // Ranks outside the prefix's range do not have it.
+        if narrowed.shift < B::BITS {
+            let below = (high >> narrowed.shift << narrowed.shift).checked_sub(1);
+            let above = narrowed.upper().to_u64().checked_add(1).filter(|&r| r <= B::MAX.to_u64());
+            for rank in below.into_iter().chain(above) {
+                assert!(!narrowed.has_prefix(B::from_u64(rank)), "{low:#x} ..= {high:#x}: {rank:#x}");
+            }
+        }
+    }
+
+    #[test]
+    fn spanning_chooses_the_bits_low_and_high_share() {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for _ in 0..20_000 {
+            let (a, b) = (next(), next() >> (next() % 64));
+            check_spanning(a.min(b), a.max(b));
+            let (a, b) = (a as u32, (b >> (next() % 32)) as u32);
+            check_spanning(a.min(b), a.max(b));
+        }
+        for (low, high) in
+            [(0u32, 0u32), (5, 5), (0, u32::MAX), (u32::MAX, u32::MAX), (0x8000_0000, 0x8000_ffff)]
+        {
+            check_spanning(low, high);
+            check_spanning(low as u64, high as u64);
+        }
+        check_spanning(0u64, u64::MAX);
+        // Ranks of one sign and exponent (16-bit keys: 16 bits of padding): 9 bits chosen.
+        let narrowed = Narrowed::spanning(0x3f10_0000u32, 0x3f70_0000, 9);
+        assert_eq!((narrowed.shift, narrowed.prefix), (23, 0x3f00_0000));
     }
 }
