@@ -1473,7 +1473,7 @@ fn bounded_sweep(gpu: &Gpu) {
 
 /// The many-rows shapes of the bounded sweep: batch × vocabulary of LLM sampling (Llama 2's
 /// 32 000 to Gemma's 262 144), fewer and more rows than a wave of blocks, longer rows.
-const BOUNDED_SWEEP_ROWS: [(usize, usize); 8] = [
+const BOUNDED_SWEEP_ROWS: [(usize, usize); 9] = [
     (64, 32_000),
     (64, 131_072),
     (256, 131_072),
@@ -1482,6 +1482,7 @@ const BOUNDED_SWEEP_ROWS: [(usize, usize); 8] = [
     (1024, 131_072),
     (8, 1 << 20),
     (64, 1 << 19),
+    (64, 1 << 20),
 ];
 /// The `k` of the bounded sweep's many rows.
 const BOUNDED_SWEEP_ROWS_KS: [usize; 6] = [50, 128, 256, 512, 1024, 2048];

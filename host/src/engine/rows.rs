@@ -708,36 +708,54 @@ fn bounded_plan(
     let target = (multiprocessors * RADIX_TARGET_BLOCKS_PER_SM) as u64;
     let longest = (rows.cols / BOUNDED_MIN_PART_LEN).min(MAX_BLOCKS_PER_ROW);
     // Forced, rows take two parts even past one wave (tests run the split on any device);
-    // so do many rows where it pays (measured so: 256 rows in two waves of halves), as many
-    // as the split before it would split too (more rows: not measured).
+    // so do many rows where it pays (measured so: from 8 rows in eight parts to 1024 rows in
+    // halves, four waves of them).
     let (takes, least) = match tuning.rows_bounded_split {
         Some(forced) => (forced, 2),
-        None => (
-            rows.count <= target && bounded_pays(rows.count, rows.cols, k, key_bytes),
-            if rows.count > 1 { 2 } else { 0 },
-        ),
+        None => {
+            (bounded_pays(rows.count, rows.cols, k, key_bytes, target), if rows.count > 1 { 2 } else { 0 })
+        }
     };
     let parts = (target / rows.count).max(least).min(longest);
     (takes && parts >= 2)
         .then_some(RowsPlan::BoundedRadix { parts, expected: rank * rows.cols / BOUNDED_SAMPLE })
 }
 
-/// Where one row's bounded split beat the split before it (H200 run 304, uniform keys, one
-/// row of 2^14 … 2^24 keys, k = 16 … 2048, both in the same call): 32-bit keys from `k =
-/// 128` at 2^16 … 2^22 keys (2^20 at k = 1024: 0.0759 → 0.0427 ms; 2^22 at k = 2048: 0.211
-/// → 0.068), from 256 at 2^23, from 512 at 2^24, from 1024 at 2^15; 16-bit keys (more ties,
-/// whose candidates are narrowed by column) from 256 at 2^17 … 2^19 and from 512 at 2^20 …
-/// 2^22, and at `k > 1024` from 2^17 to 2^24. Below `k` = 128 the sample's bound keeps at
-/// least ten sample keys' worth of candidates and the finish's narrowing costs more than
-/// the parts' own `k` best (2^20 at k = 16: 0.031 → 0.037). Many rows (H200 run 358,
-/// bf16 logit rows, after the parts' gather without a branch a key): 64 × 131 072 at `k =
-/// 1024` 0.0486 → 0.0400 ms, 256 × 262 144 0.1549 → 0.1103 (halves, two waves); at `k = 50`
-/// it lost (0.0274 → 0.0283, 0.0793 → 0.0863); f32 lost at 256 × 262 144 (run 359); other
-/// `k` and row lengths not measured, so not taken.
-fn bounded_pays(rows: u64, cols: u64, k: u32, key_bytes: usize) -> bool {
+/// Where the bounded split beat the split before it, `target` being the blocks of one wave.
+///
+/// One row (H200 run 304, uniform keys, 2^14 … 2^24 keys, k = 16 … 2048, both in the same
+/// call): 32-bit keys from `k = 128` at 2^16 … 2^22 keys (2^20 at k = 1024: 0.0759 → 0.0427
+/// ms; 2^22 at k = 2048: 0.211 → 0.068), from 256 at 2^23, from 512 at 2^24, from 1024 at
+/// 2^15; 16-bit keys (more ties, whose candidates are narrowed by column) from 256 at 2^17
+/// … 2^19 and from 512 at 2^20 … 2^22, and at `k > 1024` from 2^17 to 2^24. Below `k` = 128
+/// the sample's bound keeps at least ten sample keys' worth of candidates and the finish's
+/// narrowing costs more than the parts' own `k` best (2^20 at k = 16: 0.031 → 0.037).
+///
+/// Many rows (H200 run 362, the bench's `bounded-sweep`: bf16 and f32 logit-like rows, 8 ×
+/// 2^20, 64 × 32 000 … 2^19, 256, 512 and 1024 × 131 072, 256 × 262 144, k = 50 … 2048;
+/// `docs/results/raw/2026-11-29-h200-run362-bounded-sweep-new.log`, which a test holds this
+/// rule to): up to half a wave of rows, whose parts are many, it pays for 16-bit keys from
+/// `k = 512` (64 × 131 072 at 1024: 0.0488 → 0.0390 ms) and at any `k` from 2^19 keys (8 ×
+/// 2^20 at 128: 0.0652 → 0.0418), for 32-bit keys from 512 and from 128 at 2^20; up to a
+/// wave (two parts a row) at `k = 2048` (16-bit keys also at 1024 from 2^18: 256 × 262 144
+/// 0.1553 → 0.1061, at 2048 0.679 → 0.126, where the split before it reads rows twice); past
+/// a wave only 16-bit keys at 2048. Elsewhere it lost (256 × 131 072 bf16 at 1024: 0.0664 →
+/// 0.0841: halving rows that already fill a wave doubles the blocks and adds the finish).
+/// Rows shorter than 2^14 or longer than 2^20 keys were not measured, so not taken.
+fn bounded_pays(rows: u64, cols: u64, k: u32, key_bytes: usize, target: u64) -> bool {
     let log_n = cols.max(1).ilog2();
     if rows > 1 {
-        return key_bytes == 2 && k >= 1024 && (17..=18).contains(&log_n);
+        let sixteen_bits = key_bytes == 2;
+        return match (rows <= target / 2, rows <= target) {
+            _ if !(14..=20).contains(&log_n) => false,
+            (true, _) if sixteen_bits => k >= 512 || log_n >= 19,
+            (true, _) => k >= 512 || (log_n >= 20 && k >= 128),
+            (false, true) if sixteen_bits => {
+                (17..=18).contains(&log_n) && (k >= 2048 || (k >= 1024 && log_n == 18))
+            }
+            (false, true) => (17..=18).contains(&log_n) && k >= 2048,
+            (false, false) => sixteen_bits && log_n == 17 && k >= 2048,
+        };
     }
     if key_bytes == 2 {
         matches!((log_n, k), (17..=19, 256..) | (20..=22, 512..) | (17..=24, 1025..))
@@ -1078,26 +1096,45 @@ mod tests {
         );
     }
 
-    /// Many long rows of 16-bit keys at `k = 1024` take the bounded split, in at least two
-    /// parts (H200 run 358: 64 × 131 072 0.0486 → 0.0400 ms, 256 × 262 144 0.1549 → 0.1103);
-    /// at `k = 50`, for 32-bit keys (slower at 256 × 262 144, run 359) and on shapes not
-    /// measured, the split before it.
+    /// The bounded split for many rows is taken where run 362's sweep measured it faster
+    /// than the split before it, and left where it measured slower: every shape of the
+    /// sweep (bf16 and f32 logit-like rows, 8 … 1024 rows, 32 000 … 2^20 keys, k = 50 …
+    /// 2048) taken measured under 1.0 of the time, and every shape left over 0.9 but one
+    /// (f32 64 × 131 072 at `k = 256`, where the split before it is itself slow: 0.0552 ms
+    /// against 0.0346 at `k = 128`). `Auto` then plans the bounded split there.
     #[test]
-    fn many_rows_of_16_bit_keys_at_large_k_take_the_bounded_split() {
-        let plan = |shape, k, key_bytes| {
-            let algorithm =
-                resolve(RowsAlgorithm::Auto, shape, k, key_bytes, H200, &Tuning::default()).unwrap();
-            plan(algorithm, shape, k as u32, key_bytes, H200.multiprocessors, &Tuning::default())
-        };
-        assert!(matches!(plan(rows(64, 131_072), 1024, 2), RowsPlan::BoundedRadix { parts: 4, .. }));
-        assert!(matches!(plan(rows(256, 262_144), 1024, 2), RowsPlan::BoundedRadix { parts: 2, .. }));
-        assert!(matches!(plan(rows(64, 131_072), 50, 2), RowsPlan::BlockRadix { parts: 4, .. }));
-        assert!(matches!(plan(rows(256, 262_144), 50, 2), RowsPlan::BlockRadix { parts: 1, .. }));
-        assert!(matches!(plan(rows(64, 131_072), 1024, 4), RowsPlan::BlockRadix { .. }));
-        // Shapes not measured keep the split before it: more rows than one wave of blocks,
-        // rows of 2^19 keys.
-        assert!(matches!(plan(rows(1000, 131_072), 1024, 2), RowsPlan::BlockRadix { .. }));
-        assert!(matches!(plan(rows(64, 1 << 19), 1024, 2), RowsPlan::BlockRadix { .. }));
+    fn many_rows_take_the_bounded_split_where_the_sweep_measured_it_faster() {
+        let log = include_str!("../../../docs/results/raw/2026-11-29-h200-run362-bounded-sweep-new.log");
+        let target = (H200.multiprocessors * RADIX_TARGET_BLOCKS_PER_SM) as u64;
+        let (mut taken, mut left) = (0, 0);
+        for line in log.lines().filter(|line| line.starts_with("bounded-sweep rows:")) {
+            let field: Vec<&str> = line.split_whitespace().collect();
+            let key_bytes = if field[2] == "bf16" { 2 } else { 4 };
+            let (count, cols) = field[3].split_once('x').unwrap();
+            let (count, cols): (u64, u64) = (count.parse().unwrap(), cols.parse().unwrap());
+            let k: u32 = field[4].trim_start_matches("k=").parse().unwrap();
+            let ms = |i: usize| field[i].parse::<f64>().unwrap();
+            let ratio = ms(7) / ms(10); // bounded / before
+            if bounded_pays(count, cols, k, key_bytes, target) {
+                taken += 1;
+                assert!(ratio < 1.0, "taken, measured {ratio}: {line}");
+                let shape = rows(count, cols);
+                let algorithm =
+                    resolve(RowsAlgorithm::Auto, shape, k as usize, key_bytes, H200, &Tuning::default())
+                        .unwrap();
+                let planned = plan(algorithm, shape, k, key_bytes, H200.multiprocessors, &Tuning::default());
+                assert!(matches!(planned, RowsPlan::BoundedRadix { .. }), "{line}: {planned:?}");
+            } else {
+                left += 1;
+                let anomaly = key_bytes == 4 && (count, cols, k) == (64, 131_072, 256);
+                assert!(ratio > 0.9 || anomaly, "left, measured {ratio}: {line}");
+            }
+        }
+        assert_eq!((taken, left), (39, 57));
+        // Rows not measured keep the split before it: shorter, longer.
+        for (count, cols) in [(64, 8192), (64, 1 << 21)] {
+            assert!(!bounded_pays(count, cols, 2048, 2, target));
+        }
     }
 
     /// One sweep's timings: (key bytes, rows, cols, k) → ms.
@@ -1126,13 +1163,17 @@ mod tests {
             "../../../docs/results/raw/2026-11-26-h200-run196-237-rows-sweep-radix-select.csv"
         ));
         assert_eq!(queues.len(), 202);
-        // Shapes whose radix split the balanced rule (`balanced_parts`, runs 280–281) moved
-        // after this sweep: its radix times are of other splits, so the radix kernel's
-        // error and `Auto`'s choice leave them out until the sweep is measured again (the
-        // queues' plans did not move).
-        let moved = |count: u64, cols: u64, k: usize| {
+        // Shapes whose radix split the balanced rule (`balanced_parts`, runs 280–281) or
+        // the bounded split for many rows (run 362) moved after this sweep: its radix times
+        // are of other splits, so the radix kernel's error and `Auto`'s choice leave them
+        // out until the sweep is measured again (the queues' plans did not move).
+        let moved = |key_bytes: usize, count: u64, cols: u64, k: usize| {
+            let shape = rows(count, cols);
+            let planned =
+                plan(RowsAlgorithm::RadixSelect, shape, k as u32, key_bytes, 132, &Tuning::default());
             count == 1 && cols == 1 << 22 && [100, 256, 1024, 2048].contains(&k)
                 || count == 8 && cols == 1 << 20 && [256, 2048].contains(&k)
+                || count > 1 && matches!(planned, RowsPlan::BoundedRadix { .. })
         };
         let (mut queue_error, mut radix_error, mut choice_cost, mut worst_choice) = (0.0, 0.0, 0.0, 0.0f64);
         let mut radix_cases = 0;
@@ -1140,7 +1181,7 @@ mod tests {
             let shape = rows(count, cols);
             let predict = |algorithm| predicted_ms(algorithm, shape, k, key_bytes, H200, &Tuning::default());
             queue_error += (predict(RowsAlgorithm::WarpSelect) / queue_ms - 1.0).powi(2);
-            if moved(count, cols, k) {
+            if moved(key_bytes, count, cols, k) {
                 continue;
             }
             radix_cases += 1;
@@ -1155,7 +1196,7 @@ mod tests {
             choice_cost += cost;
             worst_choice = worst_choice.max(cost);
         }
-        assert_eq!(radix_cases, 196);
+        assert_eq!(radix_cases, 181);
         let cases = radix_cases as f64;
         let queue_rms = (queue_error / queues.len() as f64).sqrt();
         let radix_rms = (radix_error / cases).sqrt();
@@ -1163,7 +1204,7 @@ mod tests {
             "rms error: queues {queue_rms:.3}, radix {radix_rms:.3}; Auto's cost: mean {:.3}, worst {worst_choice:.3}",
             choice_cost / cases
         );
-        // The fit: queues 0.288, radix 0.162 (rms; the radix error the same without the
+        // The fit: queues 0.288, radix 0.162 (rms; 0.163 without the
         // moved shapes); its choice 1.7 % on average, 64.7 % at worst (10 000 × 1000 at
         // k = 8: the queues' 0.097 ms where the warp radix kernel takes 0.059; the queues'
         // model under-predicts them there, 0.061).
