@@ -491,15 +491,18 @@ fn with_bounded_split(gpu: &Gpu) -> Gpu {
     gpu.with_tuning(Tuning { rows_bounded_split: Some(true), ..*gpu.tuning() })
 }
 
-/// The bounded split (one row, and three rows forced), every distribution, both orders,
-/// 16- and 32-bit keys, `k` from 1 to 2048: the candidates' path (uniform, sorted keys),
+/// The bounded split (one row, and three and four rows forced), every distribution, both
+/// orders, 16- and 32-bit keys, `k` from 1 to 2048: the candidates' path (uniform, sorted
+/// keys; four rows of two parts at `k = 2048`, about 2 300 candidates a row),
 /// the ties' path (all-equal and two-valued rows: the bound is the `k`-th best), ties among
 /// the candidates beyond the sort (few distinct values: the whole row), NaN and signed
 /// zeros bit for bit (specials), ties broken by column throughout.
 fn check_bounded_split<K: TestKey>() {
     let gpu = with_bounded_split(&common::gpu());
     for (d, &distribution) in DISTRIBUTIONS.iter().enumerate() {
-        for (rows, cols, k) in [(1, 20_000, 1), (1, 20_000, 100), (1, 40_000, 2048), (3, 9_000, 700)] {
+        for (rows, cols, k) in
+            [(1, 20_000, 1), (1, 20_000, 100), (1, 40_000, 2048), (3, 9_000, 700), (4, 9_000, 2048)]
+        {
             let data: Vec<K> = (0..rows)
                 .flat_map(|r| generate::<K>(cols, distribution, (d * 31 + k + r * 7) as u64))
                 .collect();

@@ -731,10 +731,10 @@ fn bounded_plan(
 /// the sample's bound keeps at least ten sample keys' worth of candidates and the finish's
 /// narrowing costs more than the parts' own `k` best (2^20 at k = 16: 0.031 → 0.037).
 ///
-/// Many rows (H200 run 362, the bench's `bounded-sweep`: bf16 and f32 logit-like rows, 8 ×
-/// 2^20, 64 × 32 000 … 2^19, 256, 512 and 1024 × 131 072, 256 × 262 144, k = 50 … 2048;
-/// `docs/results/raw/2026-11-29-h200-run362-bounded-sweep-new.log`, which a test holds this
-/// rule to): up to half a wave of rows, whose parts are many, it pays for 16-bit keys from
+/// Many rows (H200 runs 362 and 363, the bench's `bounded-sweep`: bf16 and f32 logit-like
+/// rows, 8 × 2^20, 64 × 32 000 … 2^20, 256, 512 and 1024 × 131 072, 256 × 262 144, k = 50 …
+/// 2048; `docs/results/raw/2026-11-29-h200-run36[23]-bounded-sweep*.log`, which a test holds
+/// this rule to): up to half a wave of rows, whose parts are many, it pays for 16-bit keys from
 /// `k = 512` (64 × 131 072 at 1024: 0.0488 → 0.0390 ms) and at any `k` from 2^19 keys (8 ×
 /// 2^20 at 128: 0.0652 → 0.0418), for 32-bit keys from 512 and from 128 at 2^20; up to a
 /// wave (two parts a row) at `k = 2048` (16-bit keys also at 1024 from 2^18: 256 × 262 144
@@ -1096,41 +1096,51 @@ mod tests {
         );
     }
 
-    /// The bounded split for many rows is taken where run 362's sweep measured it faster
-    /// than the split before it, and left where it measured slower: every shape of the
-    /// sweep (bf16 and f32 logit-like rows, 8 … 1024 rows, 32 000 … 2^20 keys, k = 50 …
-    /// 2048) taken measured under 1.0 of the time, and every shape left over 0.9 but one
-    /// (f32 64 × 131 072 at `k = 256`, where the split before it is itself slow: 0.0552 ms
-    /// against 0.0346 at `k = 128`). `Auto` then plans the bounded split there.
+    /// The bounded split for many rows is taken where the sweeps of runs 362 and 363 (two
+    /// H200s, the same kernels) measured it faster than the split before it, and left where
+    /// they measured it slower: every shape of each sweep (bf16 and f32 logit-like rows, 8 …
+    /// 1024 rows, 32 000 … 2^20 keys, k = 50 … 2048; run 363 adds 64 × 2^20) taken measured
+    /// under 1.0 of the time, and every shape left over 0.9 but one (f32 64 × 131 072 at `k =
+    /// 256`, where the split before it is itself slow in both: 0.0552 and 0.0556 ms against
+    /// 0.0346 at `k = 128`). `Auto` then plans the bounded split there.
     #[test]
     fn many_rows_take_the_bounded_split_where_the_sweep_measured_it_faster() {
-        let log = include_str!("../../../docs/results/raw/2026-11-29-h200-run362-bounded-sweep-new.log");
         let target = (H200.multiprocessors * RADIX_TARGET_BLOCKS_PER_SM) as u64;
-        let (mut taken, mut left) = (0, 0);
-        for line in log.lines().filter(|line| line.starts_with("bounded-sweep rows:")) {
-            let field: Vec<&str> = line.split_whitespace().collect();
-            let key_bytes = if field[2] == "bf16" { 2 } else { 4 };
-            let (count, cols) = field[3].split_once('x').unwrap();
-            let (count, cols): (u64, u64) = (count.parse().unwrap(), cols.parse().unwrap());
-            let k: u32 = field[4].trim_start_matches("k=").parse().unwrap();
-            let ms = |i: usize| field[i].parse::<f64>().unwrap();
-            let ratio = ms(7) / ms(10); // bounded / before
-            if bounded_pays(count, cols, k, key_bytes, target) {
-                taken += 1;
-                assert!(ratio < 1.0, "taken, measured {ratio}: {line}");
-                let shape = rows(count, cols);
-                let algorithm =
-                    resolve(RowsAlgorithm::Auto, shape, k as usize, key_bytes, H200, &Tuning::default())
-                        .unwrap();
-                let planned = plan(algorithm, shape, k, key_bytes, H200.multiprocessors, &Tuning::default());
-                assert!(matches!(planned, RowsPlan::BoundedRadix { .. }), "{line}: {planned:?}");
-            } else {
-                left += 1;
-                let anomaly = key_bytes == 4 && (count, cols, k) == (64, 131_072, 256);
-                assert!(ratio > 0.9 || anomaly, "left, measured {ratio}: {line}");
+        let sweeps = [
+            (
+                include_str!("../../../docs/results/raw/2026-11-29-h200-run362-bounded-sweep-new.log"),
+                (39, 57),
+            ),
+            (include_str!("../../../docs/results/raw/2026-11-29-h200-run363-bounded-sweep.log"), (50, 58)),
+        ];
+        for (log, counts) in sweeps {
+            let (mut taken, mut left) = (0, 0);
+            for line in log.lines().filter(|line| line.starts_with("bounded-sweep rows:")) {
+                let field: Vec<&str> = line.split_whitespace().collect();
+                let key_bytes = if field[2] == "bf16" { 2 } else { 4 };
+                let (count, cols) = field[3].split_once('x').unwrap();
+                let (count, cols): (u64, u64) = (count.parse().unwrap(), cols.parse().unwrap());
+                let k: u32 = field[4].trim_start_matches("k=").parse().unwrap();
+                let ms = |i: usize| field[i].parse::<f64>().unwrap();
+                let ratio = ms(7) / ms(10); // bounded / before
+                if bounded_pays(count, cols, k, key_bytes, target) {
+                    taken += 1;
+                    assert!(ratio < 1.0, "taken, measured {ratio}: {line}");
+                    let shape = rows(count, cols);
+                    let algorithm =
+                        resolve(RowsAlgorithm::Auto, shape, k as usize, key_bytes, H200, &Tuning::default())
+                            .unwrap();
+                    let planned =
+                        plan(algorithm, shape, k, key_bytes, H200.multiprocessors, &Tuning::default());
+                    assert!(matches!(planned, RowsPlan::BoundedRadix { .. }), "{line}: {planned:?}");
+                } else {
+                    left += 1;
+                    let anomaly = key_bytes == 4 && (count, cols, k) == (64, 131_072, 256);
+                    assert!(ratio > 0.9 || anomaly, "left, measured {ratio}: {line}");
+                }
             }
+            assert_eq!((taken, left), counts);
         }
-        assert_eq!((taken, left), (39, 57));
         // Rows not measured keep the split before it: shorter, longer.
         for (count, cols) in [(64, 8192), (64, 1 << 21)] {
             assert!(!bounded_pays(count, cols, 2048, 2, target));
