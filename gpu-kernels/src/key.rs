@@ -548,6 +548,7 @@ mod tests {
     extern crate std;
 
     use super::*;
+    use crate::testing::xorshift;
 
     fn assert_order_preserved<K: Key>(sorted: &[K]) {
         for pair in sorted.windows(2) {
@@ -621,16 +622,6 @@ mod tests {
         assert_eq!((-bf16::NAN).to_ordered(), bf16::NAN.to_ordered());
         assert!(bf16::NAN.to_ordered() > bf16::INFINITY.to_ordered());
         assert_eq!(bf16::from_ordered(bf16::from_f32(-2.5).to_ordered()), bf16::from_f32(-2.5));
-    }
-
-    /// Xorshift64: the tests' keys, reproducible without a crate.
-    fn xorshift(mut state: u64) -> impl FnMut() -> u64 {
-        move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        }
     }
 
     /// `ranks_at_most` against `rank ≤ bound` key by key: every 16-bit key (NaNs of both

@@ -57,5 +57,8 @@ pub mod thread;
 pub mod topk;
 pub mod warp;
 
+#[cfg(test)]
+mod testing;
+
 pub use key::{Key, OrderedBits};
 pub use params::Order;

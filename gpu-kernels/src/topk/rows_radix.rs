@@ -1334,6 +1334,151 @@ impl<K: Key> Ranked<K::Bits> for Candidates<K> {
     }
 }
 
+/// The most keys one rank may hold for [`place_by_counting`]: each of them counts the others.
+const MAX_COUNTED_TIES: u64 = 256;
+
+/// Writes the `wanted` best of a row's `candidates` (all of them ranked within `narrowed`'s
+/// prefix, none better) in order without a sort, when one digit below the prefix reaches
+/// every bit of the key (16-bit keys whose candidates share most of the exponent) and no
+/// rank among the `wanted` best holds more than [`MAX_COUNTED_TIES`] keys: one histogram of
+/// that digit gives each rank's first place (its count of better keys), the candidates of
+/// the ranks up to the `wanted`-th best are placed by rank (a slot from their rank's cursor),
+/// and each then counts the keys of its rank in lower columns: its place is its rank's first
+/// place plus that count, ties by column as everywhere (the `wanted`-th best's ties beyond
+/// `wanted` are dropped). The bitonic sort of 1024 candidates and the narrowing of the
+/// ties by column were the finish's larger half (H200 run 365). Where it does not apply it
+/// writes nothing and returns the narrowing so far (after its histogram, as [`narrow`]
+/// leaves it, when a rank holds too many keys), for the caller to narrow on and sort.
+///
+/// # Safety
+/// *Block-wide*; the layout's counters are 0; `wanted ≤ ` the candidates `≤` [`POOL`];
+/// columns below 2^32.
+#[inline(always)]
+unsafe fn place_by_counting<K: Key>(
+    rows: &RowsParams<K>,
+    candidates: &Candidates<K>,
+    layout: &RadixRowsLayout<K::Bits>,
+    narrowed: Narrowed<K::Bits>,
+    (wanted, row_index, row_start): (u64, u64, u64),
+) -> Result<(), Narrowed<K::Bits>> {
+    if pool_len::<K::Bits>() == 0
+        || narrowed.shift > DIGIT_BITS + rank_padding_bits::<K>()
+        || narrowed.better != 0
+        || wanted < rows.k as u64
+    {
+        return Err(narrowed);
+    }
+    let (histogram, warp_sums, choice) =
+        unsafe { (layout.histogram.bind(), layout.warp_sums.bind(), layout.choice.bind()) };
+    let (ranks, columns, cursors) =
+        unsafe { (layout.pool_bits.bind(), layout.pool_positions.bind(), layout.sort.positions.bind()) };
+    let thread = device::thread_idx_x() as usize;
+    let digit_shift = narrowed.shift.saturating_sub(DIGIT_BITS);
+    let digit_mask = (1u32 << (narrowed.shift - digit_shift)) - 1;
+    let digit = |rank: K::Bits| (rank.shr(digit_shift).low_u32() & digit_mask) as usize;
+    for j in 0..BINS_PER_THREAD {
+        unsafe { histogram.store(j * RADIX_ROWS_THREADS as usize + thread, 0) };
+    }
+    unsafe { device::sync_threads() };
+    let mut runs = DigitRuns::new();
+    unsafe {
+        candidates.visit_ranks(|rank, _| runs.add(&histogram, digit(rank) as u32));
+        runs.flush(&histogram);
+        device::sync_threads();
+    }
+    // Each bin's first place (thread t holds bins 8t .. 8t + 8), and the bin of the
+    // `wanted`-th best.
+    let mut counts = [0u32; BINS_PER_THREAD];
+    for (j, count) in counts.iter_mut().enumerate() {
+        *count = unsafe { histogram.load(thread * BINS_PER_THREAD + j) };
+    }
+    let sum: u64 = counts.iter().map(|&c| c as u64).sum();
+    let before = unsafe { block::scan::exclusive_scan_add_u64(sum, &warp_sums) };
+    let mut first = before;
+    // The most keys a rank up to the `wanted`-th best's holds (those whose first place is
+    // before `wanted`), in this thread's bins.
+    let mut most = 0;
+    for (j, &count) in counts.iter().enumerate() {
+        let bin = thread * BINS_PER_THREAD + j;
+        unsafe {
+            histogram.store(bin, first as u32);
+            cursors.store(bin, first as u32);
+        }
+        if first < wanted {
+            most = most.max(count);
+        }
+        if first < wanted && wanted <= first + count as u64 {
+            unsafe {
+                choice.store(0, bin as u64);
+                choice.store(1, first);
+                choice.store(2, count as u64);
+            }
+        }
+        first += count as u64;
+    }
+    unsafe { device::sync_threads() };
+    let (chosen, better, tied) = unsafe { (choice.load(0) as usize, choice.load(1), choice.load(2)) };
+    // Over the block.
+    let most = unsafe { warp::reduce_max_u32(most) };
+    unsafe {
+        device::sync_threads(); // every thread has read the choice
+        if device::lane_id() == 0 {
+            warp_sums.store(device::warp_id() as usize, most as u64);
+        }
+        device::sync_threads();
+    }
+    let most = (0..WARPS).map(|warp| unsafe { warp_sums.load(warp) }).max().unwrap_or(0);
+    if most > MAX_COUNTED_TIES {
+        let digit = K::Bits::from_u64((chosen as u64) << digit_shift);
+        return Err(Narrowed {
+            shift: digit_shift,
+            prefix: narrowed.prefix.xor(digit),
+            better,
+            in_prefix: tied,
+        });
+    }
+    // The candidates of the ranks up to the chosen one, placed by rank.
+    unsafe {
+        candidates.visit_ranks(|rank, column| {
+            let bin = digit(rank);
+            if bin <= chosen {
+                let slot = cursors.atomic_add(bin, 1) as usize;
+                ranks.store(slot, rank);
+                columns.store(slot, column as u32);
+            }
+        });
+        device::sync_threads();
+    }
+    let k = rows.k as u64;
+    let room = wanted - better;
+    let flip = candidates.flip;
+    let mut at = thread;
+    while (at as u64) < better + tied {
+        let (rank, column) = unsafe { (ranks.load(at), columns.load(at)) };
+        let bin = digit(rank);
+        let (start, end) = unsafe { (histogram.load(bin) as usize, cursors.load(bin) as usize) };
+        let lower = (start..end).filter(|&j| unsafe { columns.load(j) } < column).count() as u64;
+        if bin < chosen || lower < room {
+            let place = row_index * k + start as u64 + lower;
+            // The rank decodes to the key bit for bit, except NaNs (they share one rank):
+            // read back from the row for their payloads.
+            let decoded = K::from_ordered(rank.xor(flip));
+            #[allow(clippy::eq_op)] // `x != x`: NaN, the only key not equal to itself
+            let key = if decoded != decoded {
+                unsafe { rows.keys_in.read(row_start + column as u64) }
+            } else {
+                decoded
+            };
+            unsafe {
+                rows.keys_out.write(place, key);
+                rows.indices_out.write(place, column as u64);
+            }
+        }
+        at += RADIX_ROWS_THREADS as usize;
+    }
+    Ok(())
+}
+
 /// The bounded split's second pass (`top_k_rows_radix_bounded_finish_<key>`), a block per
 /// row, writing what [`select_rows_radix`] writes for the row:
 /// - when the row's candidates (its keys at or below the bound) are at least `k` and all
@@ -1382,9 +1527,20 @@ pub unsafe fn bounded_finish<K: Key>(params: BoundedParams<K>) {
         // recorded).
         let low = K::Bits::from_u64(if best <= bound { best } else { 0 });
         let narrowed = Narrowed::spanning(low, K::Bits::from_u64(bound), slots);
-        let count =
-            unsafe { finish_from_pool::<K>(rows.cols, &candidates, &layout, narrowed, wanted, sort_target) };
-        unsafe { sort_and_write(&rows, &layout, (row_index, whole.row_start, 0), count, largest) };
+        // (Its slots hold the candidates up to the `k`-th best's rank: at most the pool.)
+        let placed = if rows.cols <= 1 << 32 && slots <= POOL {
+            unsafe {
+                place_by_counting(&rows, &candidates, &layout, narrowed, (wanted, row_index, whole.row_start))
+            }
+        } else {
+            Err(narrowed)
+        };
+        if let Err(narrowed) = placed {
+            let count = unsafe {
+                finish_from_pool::<K>(rows.cols, &candidates, &layout, narrowed, wanted, sort_target)
+            };
+            unsafe { sort_and_write(&rows, &layout, (row_index, whole.row_start, 0), count, largest) };
+        }
     } else if from_ties {
         let row = Row { keys: rows.keys_in, start: whole.row_start, len: rows.cols, flip };
         let layout = unsafe { cleared_layout::<K::Bits>() };
@@ -1430,13 +1586,7 @@ mod tests {
 
     #[test]
     fn spanning_chooses_the_bits_low_and_high_share() {
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = crate::testing::xorshift(0x9e37_79b9_7f4a_7c15);
         for _ in 0..20_000 {
             let (a, b) = (next(), next() >> (next() % 64));
             check_spanning(a.min(b), a.max(b));

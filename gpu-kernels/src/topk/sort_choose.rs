@@ -486,13 +486,7 @@ mod tests {
 
     #[test]
     fn sorts_stably_in_both_orders_over_ragged_tiles_and_blocks() {
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = crate::testing::xorshift(0x2545_f491_4f6c_dd1d);
         let spread: Vec<u32> = (0..5000).map(|_| next() as u32).collect();
         let few: Vec<u32> = (0..5000).map(|_| (next() % 5) as u32 * 0x0101_0101).collect();
         for (keys, blocks) in [(&spread, 1), (&spread, 3), (&few, 2)] {
