@@ -377,8 +377,9 @@ fn vector_start<K>(tile: u64, j: usize) -> u64 {
     tile + (thread + (j * RADIX_ROWS_THREADS as usize) as u64) * (16 / size_of::<K>()) as u64
 }
 
-/// Ranks a pass visits, each thread its share: the row (from global memory) or the pool.
-trait Ranked<B> {
+/// Ranks a pass visits, each thread its share: the row (from global memory), the pool, the
+/// bounded split's candidates, or an SBP tile.
+pub(crate) trait Ranked<B> {
     /// Calls `visit(rank, position)` for each of this thread's ranks.
     ///
     /// # Safety
@@ -469,6 +470,119 @@ pub(crate) fn order_flip<K: Key>(largest: bool) -> K::Bits {
     if largest { K::Bits::from_u64(u64::MAX << rank_padding_bits::<K>()) } else { K::Bits::MIN }
 }
 
+/// One digit's histogram, counted and scanned by the block: the digit below a narrowed
+/// prefix, this thread's bins (`BINS_PER_THREAD · t ..`) and how many keys the bins before
+/// them hold.
+pub(crate) struct DigitCounts<B> {
+    narrowed: Narrowed<B>,
+    shift: u32,
+    mask: u32,
+    counts: [u32; BINS_PER_THREAD],
+    before: u64,
+    /// The keys in this thread's bins.
+    sum: u64,
+}
+
+/// Counts the digit below `narrowed`'s prefix (its [`DIGIT_BITS`] next bits, or all that
+/// are left) of the ranks of `source` that `counted` takes (those with the prefix, or every
+/// candidate), then scans the bins: the histogram pass that [`narrow`],
+/// [`place_by_counting`] and SBP's narrowing share. The histogram keeps the counts. (A
+/// source and a test, not a closure that visits: LLVM left such a closure outlined, with a
+/// stack frame, in every rows kernel.)
+///
+/// # Safety
+/// *Block-wide* ([`RADIX_ROWS_THREADS`] threads); `histogram` of [`BINS`] bins and
+/// `warp_sums` of a slot a warp; `narrowed.shift > 0`.
+#[inline(always)]
+pub(crate) unsafe fn count_digit<B: OrderedBits>(
+    histogram: &SharedSlice<u32>,
+    warp_sums: &SharedSlice<u64>,
+    narrowed: Narrowed<B>,
+    source: &impl Ranked<B>,
+    counted: impl Fn(B) -> bool,
+) -> DigitCounts<B> {
+    let thread = device::thread_idx_x() as usize;
+    for j in 0..BINS_PER_THREAD {
+        unsafe { histogram.store(j * RADIX_ROWS_THREADS as usize + thread, 0) };
+    }
+    unsafe { device::sync_threads() };
+    let shift = narrowed.shift.saturating_sub(DIGIT_BITS);
+    let mask = (1u32 << (narrowed.shift - shift)) - 1;
+    let mut runs = DigitRuns::new();
+    unsafe {
+        source.visit_ranks(|rank, _| {
+            if counted(rank) {
+                runs.add(histogram, rank.shr(shift).low_u32() & mask);
+            }
+        });
+        runs.flush(histogram);
+        device::sync_threads();
+    }
+    let mut counts = [0u32; BINS_PER_THREAD];
+    for (j, count) in counts.iter_mut().enumerate() {
+        *count = unsafe { histogram.load(thread * BINS_PER_THREAD + j) };
+    }
+    let sum: u64 = counts.iter().map(|&c| c as u64).sum();
+    let before = unsafe { block::scan::exclusive_scan_add_u64(sum, warp_sums) };
+    DigitCounts { narrowed, shift, mask, counts, before, sum }
+}
+
+impl<B: OrderedBits> DigitCounts<B> {
+    /// `rank`'s bin.
+    #[inline(always)]
+    pub(crate) fn digit(&self, rank: B) -> usize {
+        (rank.shr(self.shift).low_u32() & self.mask) as usize
+    }
+
+    /// This thread's bins: each bin, its count, and the keys in the bins before it.
+    #[inline(always)]
+    pub(crate) fn bins(&self) -> impl Iterator<Item = (usize, u32, u64)> + '_ {
+        let thread = device::thread_idx_x() as usize;
+        let mut before = self.before;
+        self.counts.iter().enumerate().map(move |(j, &count)| {
+            let bin = (thread * BINS_PER_THREAD + j, count, before);
+            before += count as u64;
+            bin
+        })
+    }
+
+    /// The bin of the `wanted`-th best rank (counting the keys better than the prefix), as
+    /// the narrowed state every thread agrees on: the thread whose bins hold it publishes.
+    ///
+    /// # Safety
+    /// *Block-wide*; `choice` of three slots, not read by a thread still reading an earlier
+    /// choice; `better < wanted ≤ better + ` the keys counted.
+    #[inline(always)]
+    pub(crate) unsafe fn choose(&self, choice: &SharedSlice<u64>, wanted: u64) -> Narrowed<B> {
+        let need = wanted - self.narrowed.better;
+        // (A guard and a loop that stops, not a test of every bin: the test of every bin took
+        // the 64-bit rows kernels from 128 registers to 155–168.)
+        if self.before < need && need <= self.before + self.sum {
+            let mut running = self.before;
+            let first_bin = device::thread_idx_x() as usize * BINS_PER_THREAD;
+            for (j, &count) in self.counts.iter().enumerate() {
+                if need <= running + count as u64 {
+                    unsafe {
+                        choice.store(0, (first_bin + j) as u64);
+                        choice.store(1, running);
+                        choice.store(2, count as u64);
+                    }
+                    break;
+                }
+                running += count as u64;
+            }
+        }
+        unsafe { device::sync_threads() };
+        let (digit, before_digit, in_digit) = unsafe { (choice.load(0), choice.load(1), choice.load(2)) };
+        Narrowed {
+            shift: self.shift,
+            prefix: self.narrowed.prefix.xor(B::from_u64(digit << self.shift)),
+            better: self.narrowed.better + before_digit,
+            in_prefix: in_digit,
+        }
+    }
+}
+
 /// One histogram pass: the next digit of the `wanted`-th best rank among those with the
 /// prefix (a key's rank, or a tied key's position). Ends with the narrowed state every
 /// thread agrees on.
@@ -485,55 +599,9 @@ unsafe fn narrow<B: OrderedBits, L>(
 ) -> Narrowed<B> {
     let (histogram, warp_sums, choice) =
         unsafe { (layout.histogram.bind(), layout.warp_sums.bind(), layout.choice.bind()) };
-    let thread = device::thread_idx_x() as usize;
-    for j in 0..BINS_PER_THREAD {
-        unsafe { histogram.store(j * RADIX_ROWS_THREADS as usize + thread, 0) };
-    }
-    unsafe { device::sync_threads() };
-
-    let digit_shift = narrowed.shift.saturating_sub(DIGIT_BITS);
-    let digit_mask = (1u32 << (narrowed.shift - digit_shift)) - 1;
-    let mut runs = DigitRuns::new();
-    unsafe {
-        row.visit_ranks(|rank, _| {
-            if narrowed.has_prefix(rank) {
-                runs.add(&histogram, rank.shr(digit_shift).low_u32() & digit_mask);
-            }
-        });
-        runs.flush(&histogram);
-        device::sync_threads();
-    }
-
-    // Thread t sums bins 8t .. 8t + 8; the thread whose bins hold the wanted-th publishes.
-    let mut counts = [0u32; BINS_PER_THREAD];
-    for (j, count) in counts.iter_mut().enumerate() {
-        *count = unsafe { histogram.load(thread * BINS_PER_THREAD + j) };
-    }
-    let sum: u64 = counts.iter().map(|&c| c as u64).sum();
-    let before = unsafe { block::scan::exclusive_scan_add_u64(sum, &warp_sums) };
-    let need = wanted - narrowed.better;
-    if before < need && need <= before + sum {
-        let mut running = before;
-        for (j, &count) in counts.iter().enumerate() {
-            if need <= running + count as u64 {
-                unsafe {
-                    choice.store(0, (thread * BINS_PER_THREAD + j) as u64);
-                    choice.store(1, running);
-                    choice.store(2, count as u64);
-                }
-                break;
-            }
-            running += count as u64;
-        }
-    }
-    unsafe { device::sync_threads() };
-    let (digit, before_digit, in_digit) = unsafe { (choice.load(0), choice.load(1), choice.load(2)) };
-    Narrowed {
-        shift: digit_shift,
-        prefix: narrowed.prefix.xor(B::from_u64(digit << digit_shift)),
-        better: narrowed.better + before_digit,
-        in_prefix: in_digit,
-    }
+    let counts =
+        unsafe { count_digit(&histogram, &warp_sums, narrowed, row, |rank| narrowed.has_prefix(rank)) };
+    unsafe { counts.choose(&choice, wanted) }
 }
 
 /// Gathers every rank of `source` that `keep(rank, position)` takes into `slots` (ranks and
@@ -1373,33 +1441,12 @@ unsafe fn place_by_counting<K: Key>(
     let (ranks, columns, cursors) =
         unsafe { (layout.pool_bits.bind(), layout.pool_positions.bind(), layout.sort.positions.bind()) };
     let thread = device::thread_idx_x() as usize;
-    let digit_shift = narrowed.shift.saturating_sub(DIGIT_BITS);
-    let digit_mask = (1u32 << (narrowed.shift - digit_shift)) - 1;
-    let digit = |rank: K::Bits| (rank.shr(digit_shift).low_u32() & digit_mask) as usize;
-    for j in 0..BINS_PER_THREAD {
-        unsafe { histogram.store(j * RADIX_ROWS_THREADS as usize + thread, 0) };
-    }
-    unsafe { device::sync_threads() };
-    let mut runs = DigitRuns::new();
-    unsafe {
-        candidates.visit_ranks(|rank, _| runs.add(&histogram, digit(rank) as u32));
-        runs.flush(&histogram);
-        device::sync_threads();
-    }
-    // Each bin's first place (thread t holds bins 8t .. 8t + 8), and the bin of the
-    // `wanted`-th best.
-    let mut counts = [0u32; BINS_PER_THREAD];
-    for (j, count) in counts.iter_mut().enumerate() {
-        *count = unsafe { histogram.load(thread * BINS_PER_THREAD + j) };
-    }
-    let sum: u64 = counts.iter().map(|&c| c as u64).sum();
-    let before = unsafe { block::scan::exclusive_scan_add_u64(sum, &warp_sums) };
-    let mut first = before;
-    // The most keys a rank up to the `wanted`-th best's holds (those whose first place is
-    // before `wanted`), in this thread's bins.
+    let counts = unsafe { count_digit(&histogram, &warp_sums, narrowed, candidates, |_| true) };
+    // Each bin's first place, in the histogram and as its cursor; the most keys a rank up to
+    // the `wanted`-th best's holds (those whose first place is before `wanted`), in this
+    // thread's bins.
     let mut most = 0;
-    for (j, &count) in counts.iter().enumerate() {
-        let bin = thread * BINS_PER_THREAD + j;
+    for (bin, count, first) in counts.bins() {
         unsafe {
             histogram.store(bin, first as u32);
             cursors.store(bin, first as u32);
@@ -1407,17 +1454,9 @@ unsafe fn place_by_counting<K: Key>(
         if first < wanted {
             most = most.max(count);
         }
-        if first < wanted && wanted <= first + count as u64 {
-            unsafe {
-                choice.store(0, bin as u64);
-                choice.store(1, first);
-                choice.store(2, count as u64);
-            }
-        }
-        first += count as u64;
     }
-    unsafe { device::sync_threads() };
-    let (chosen, better, tied) = unsafe { (choice.load(0) as usize, choice.load(1), choice.load(2)) };
+    let within = unsafe { counts.choose(&choice, wanted) };
+    let (chosen, better, tied) = (counts.digit(within.prefix), within.better, within.in_prefix);
     // Over the block.
     let most = unsafe { warp::reduce_max_u32(most) };
     unsafe {
@@ -1429,18 +1468,12 @@ unsafe fn place_by_counting<K: Key>(
     }
     let most = (0..WARPS).map(|warp| unsafe { warp_sums.load(warp) }).max().unwrap_or(0);
     if most > MAX_COUNTED_TIES {
-        let digit = K::Bits::from_u64((chosen as u64) << digit_shift);
-        return Err(Narrowed {
-            shift: digit_shift,
-            prefix: narrowed.prefix.xor(digit),
-            better,
-            in_prefix: tied,
-        });
+        return Err(within);
     }
     // The candidates of the ranks up to the chosen one, placed by rank.
     unsafe {
         candidates.visit_ranks(|rank, column| {
-            let bin = digit(rank);
+            let bin = counts.digit(rank);
             if bin <= chosen {
                 let slot = cursors.atomic_add(bin, 1) as usize;
                 ranks.store(slot, rank);
@@ -1455,7 +1488,7 @@ unsafe fn place_by_counting<K: Key>(
     let mut at = thread;
     while (at as u64) < better + tied {
         let (rank, column) = unsafe { (ranks.load(at), columns.load(at)) };
-        let bin = digit(rank);
+        let bin = counts.digit(rank);
         let (start, end) = unsafe { (histogram.load(bin) as usize, cursors.load(bin) as usize) };
         let lower = (start..end).filter(|&j| unsafe { columns.load(j) } < column).count() as u64;
         if bin < chosen || lower < room {

@@ -44,7 +44,7 @@ use crate::device::{self, FULL_WARP, SharedLayout, SharedRegion};
 use crate::key::{Key, OrderedBits};
 use crate::params::{GlobalPtr, Order};
 use crate::topk::radix::DigitRuns;
-use crate::topk::rows_radix::Narrowed;
+use crate::topk::rows_radix::{self, Narrowed, Ranked, count_digit};
 use crate::warp;
 use crate::warp::bitonic::WarpPairs;
 
@@ -57,12 +57,12 @@ pub const SBP_THREADS: u32 = 256;
 pub const SBP_ITEMS: usize = 32;
 /// Keys a block reduces per pass.
 pub const SBP_TILE: u64 = SBP_THREADS as u64 * SBP_ITEMS as u64;
-/// Bits of a narrowing pass's digit.
-pub const DIGIT_BITS: u32 = 11;
+/// Bits of a narrowing pass's digit: the rows kernel's, whose histogram pass
+/// (`rows_radix::count_digit`) the narrowing shares.
+pub const DIGIT_BITS: u32 = rows_radix::DIGIT_BITS;
 /// Bins of a narrowing pass.
 const BINS: usize = 1 << DIGIT_BITS;
-/// Consecutive bins each thread sums for the scan.
-const BINS_PER_THREAD: usize = BINS / SBP_THREADS as usize;
+const _: () = assert!(SBP_THREADS == rows_radix::RADIX_ROWS_THREADS, "`count_digit`'s block");
 /// Warps per block.
 const WARPS: usize = (SBP_THREADS / 32) as usize;
 // A thread's chunk of the tile is one 32-bit mask, and lane `l` starts reading it at item `l`.
@@ -249,6 +249,14 @@ struct Tile<B> {
     /// The tile position of each rank, when only some of the tile's keys were kept at load
     /// (`load_below_top`).
     positions: Option<crate::device::SharedSlice<u16>>,
+}
+
+impl<B: OrderedBits> Ranked<B> for Tile<B> {
+    /// [`Tile::visit`] (positions unused: 0).
+    #[inline(always)]
+    unsafe fn visit_ranks(&self, mut visit: impl FnMut(B, u64)) {
+        unsafe { self.visit(|rank| visit(rank, 0)) }
+    }
 }
 
 impl<B: OrderedBits> Tile<B> {
@@ -629,14 +637,6 @@ unsafe fn narrow<B: OrderedBits>(
 ) -> Narrowed<B> {
     let (histogram, warp_sums, choice) =
         unsafe { (layout.histogram.bind(), layout.warp_sums.bind(), layout.choice.bind()) };
-    let thread = device::thread_idx_x() as usize;
-    for j in 0..BINS_PER_THREAD {
-        unsafe { histogram.store(j * SBP_THREADS as usize + thread, 0) };
-    }
-    unsafe { device::sync_threads() };
-
-    let digit_shift = narrowed.shift.saturating_sub(DIGIT_BITS);
-    let digit_mask = (1u32 << (narrowed.shift - digit_shift)) - 1;
     // The ranks counted: the bucket's with the prefix, one interval `[lower, upper]`, tested
     // by one unsigned compare.
     let lower = if bucket.has_low && bucket.low.wrapping_sub(B::MAX) > narrowed.prefix {
@@ -646,47 +646,12 @@ unsafe fn narrow<B: OrderedBits>(
     };
     let upper = if bucket.high < narrowed.upper() { bucket.high } else { narrowed.upper() };
     let width = upper.wrapping_sub(lower);
-    let mut runs = DigitRuns::new();
-    unsafe {
-        tile.visit(|rank| {
-            if rank.wrapping_sub(lower) <= width {
-                runs.add(&histogram, rank.shr(digit_shift).low_u32() & digit_mask);
-            }
-        });
-        runs.flush(&histogram);
-        device::sync_threads();
-    }
-
-    let mut counts = [0u32; BINS_PER_THREAD];
-    for (j, count) in counts.iter_mut().enumerate() {
-        *count = unsafe { histogram.load(thread * BINS_PER_THREAD + j) };
-    }
-    let sum: u64 = counts.iter().map(|&c| c as u64).sum();
-    let before = unsafe { block::scan::exclusive_scan_add_u64(sum, &warp_sums) };
-    let need = wanted - narrowed.better;
-    if before < need && need <= before + sum {
-        let mut running = before;
-        for (j, &count) in counts.iter().enumerate() {
-            if need <= running + count as u64 {
-                unsafe {
-                    choice.store(0, (thread * BINS_PER_THREAD + j) as u64);
-                    choice.store(1, running);
-                    choice.store(2, count as u64);
-                }
-                break;
-            }
-            running += count as u64;
-        }
-    }
-    unsafe { device::sync_threads() };
-    let (digit, before_digit, in_digit) = unsafe { (choice.load(0), choice.load(1), choice.load(2)) };
+    let counts = unsafe {
+        count_digit(&histogram, &warp_sums, narrowed, tile, |rank| rank.wrapping_sub(lower) <= width)
+    };
+    let narrowed = unsafe { counts.choose(&choice, wanted) };
     unsafe { device::sync_threads() }; // every thread has read the choice
-    Narrowed {
-        shift: digit_shift,
-        prefix: narrowed.prefix.xor(B::from_u64(digit << digit_shift)),
-        better: narrowed.better + before_digit,
-        in_prefix: in_digit,
-    }
+    narrowed
 }
 
 /// One SBP pass: block `b` reduces tile `b` of the input to at most `cutoff` candidates for
