@@ -204,6 +204,16 @@ fn the_intended_instructions_are_emitted() {
             assert!(tile.contains(instruction), "knn_distance_tile_{kernel} lacks {instruction}");
         }
         assert!(!tile.contains(".local"), "knn_distance_tile_{kernel} keeps an array in local memory");
+        // `f32` vectors' stages copied asynchronously, 16 bytes a copy where they are
+        // aligned; 16-bit vectors widened in registers.
+        let copies = ["cp.async.cg.shared.global", "cp.async.ca.shared.global", "cp.async.wait_group"];
+        for instruction in copies {
+            assert_eq!(
+                tile.contains(instruction),
+                kernel.ends_with("f32"),
+                "knn_distance_tile_{kernel} and {instruction}"
+            );
+        }
     }
     let read = entry_body(ptx, "read_floor_u32");
     assert!(read.contains("ld.global.v4") || read.contains("ld.v4"), "the read pass uses 16-byte loads");
@@ -241,17 +251,15 @@ fn longest_run_of_loads(body: &str) -> usize {
 
 /// The kernels allowed to use local memory: batched top-k queues of more than 1024 keys
 /// (`q64`, 2048 pairs per warp: 192 registers per lane for 32-bit keys before any
-/// temporaries), and the k-NN filtered products and the TF32 tile, which keep the plain
-/// distance tile's 128 registers (two blocks a multiprocessor) and may spill a few words
-/// (the `f32` filter 4 bytes on sm_90; with `f32` vectors, the TF32 filter 32 bytes and
-/// the TF32 tile 20 stored, 236 loaded: 5.62–5.70 ms a query tile where one block of 151
-/// registers took 8.13, H200 runs 344 and 346).
+/// temporaries), and the `f32` k-NN filters, which keep the plain distance tile's 128
+/// registers (two blocks a multiprocessor) and may spill a few words (4 bytes on sm_90).
+/// The TF32 kernels spilled too (filter 32 bytes, tile 20) until their stages were copied
+/// asynchronously, which freed the registers of the prefetched step: they may not now.
 /// Everything else, every queue of k ≤ 1024 for every key width included (64-bit keys at
 /// k = 1024: 216 registers on sm_80), must stay in registers.
 fn may_use_local_memory(kernel: &str) -> bool {
     kernel.starts_with("top_k_rows_q64_")
-        || kernel.starts_with("knn_distance_filter_")
-        || kernel.starts_with("knn_distance_tile_tf32_")
+        || (kernel.starts_with("knn_distance_filter_") && !kernel.starts_with("knn_distance_filter_tf32_"))
 }
 
 #[test]

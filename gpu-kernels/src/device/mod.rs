@@ -580,6 +580,53 @@ pub unsafe fn load_global_v4_evict_first(address: *const u32) -> [u32; 4] {
     unsafe { backend::load_global_v4_evict_first(address) }
 }
 
+/// Starts a copy of 16 bytes from global memory at `source` to shared memory at
+/// `destination` that passes through no register (`cp.async.cg.shared.global`, cached in L2
+/// only), the bytes past `source_bytes` (0, 4, …, 16) written as zeros and not read: the
+/// loads of a stage in flight while earlier stages are worked on, at no cost in registers.
+/// The copy belongs to the thread's next group ([`copy_async_commit`]) and is complete after
+/// a [`copy_async_wait`] that leaves fewer groups pending than were committed after it: then
+/// for this thread, and for the others after a barrier that follows the wait. *Any thread.*
+///
+/// # Safety
+/// Both addresses 16-byte aligned; `source`'s first `source_bytes` in global memory that no
+/// thread writes while the kernel runs; `destination` in the block's shared memory, which no
+/// thread reads or writes until the copy is complete.
+#[inline(always)]
+pub unsafe fn copy_async_16(destination: *mut u32, source: *const u32, source_bytes: u32) {
+    unsafe { backend::copy_async_16(destination, source, source_bytes) }
+}
+
+/// [`copy_async_16`] of one word (`cp.async.ca.shared.global`, 4 bytes; `source_bytes` 0 or
+/// 4), for data not laid out on 16 bytes. *Any thread.*
+///
+/// # Safety
+/// As [`copy_async_16`], both addresses 4-byte aligned.
+#[inline(always)]
+pub unsafe fn copy_async_4(destination: *mut u32, source: *const u32, source_bytes: u32) {
+    unsafe { backend::copy_async_4(destination, source, source_bytes) }
+}
+
+/// Closes the thread's group of asynchronous copies started since the last commit
+/// (`cp.async.commit_group`; a group may be empty). *Any thread.*
+///
+/// # Safety
+/// None beyond the copies' own.
+#[inline(always)]
+pub unsafe fn copy_async_commit() {
+    unsafe { backend::copy_async_commit() }
+}
+
+/// Waits until at most `PENDING` of the thread's committed groups of asynchronous copies are
+/// still in flight (`cp.async.wait_group`): every older group is complete. *Any thread.*
+///
+/// # Safety
+/// None beyond the copies' own.
+#[inline(always)]
+pub unsafe fn copy_async_wait<const PENDING: u32>() {
+    unsafe { backend::copy_async_wait::<PENDING>() }
+}
+
 /// `value` rounded to TF32 (10 mantissa bits, `f32`'s exponent), to nearest with ties away
 /// from zero, as the bits of an `f32` whose low 13 bits are zero (`cvt.rna.tf32.f32`; the
 /// same integer rounding in the emulator). Infinities and NaN stay. *Any thread.*

@@ -330,6 +330,46 @@ macro_rules! load_global_v4_with {
 load_global_v4_with!(load_global_v4, "ld.global.v4.u32");
 // The streaming cache operator: evict-first in L1 and L2.
 load_global_v4_with!(load_global_v4_evict_first, "ld.global.cs.v4.u32");
+// Asynchronous copies into shared memory (`cp.async`): inline assembly with a memory
+// clobber (no `nomem`), so that LLVM keeps every shared access of the thread on its side of
+// the copy, the commit and the wait. Shared addresses as 32-bit offsets of the shared
+// window, as NVIDIA's own headers pass them.
+macro_rules! copy_async_with {
+    ($name:ident, $copy:literal, $bytes:literal) => {
+        #[inline(always)]
+        pub unsafe fn $name(destination: *mut u32, source: *const u32, source_bytes: u32) {
+            unsafe {
+                asm!(
+                    concat!(
+                        "{{ .reg .u64 %sa; .reg .u32 %s; .reg .u64 %ga; ",
+                        "cvta.to.shared.u64 %sa, {destination}; cvt.u32.u64 %s, %sa; ",
+                        "cvta.to.global.u64 %ga, {source}; ",
+                        $copy,
+                        " [%s], [%ga], ",
+                        $bytes,
+                        ", {source_bytes}; }}"
+                    ),
+                    destination = in(reg64) destination,
+                    source = in(reg64) source,
+                    source_bytes = in(reg32) source_bytes,
+                    options(nostack)
+                )
+            }
+        }
+    };
+}
+// 16 bytes through L2 only (`.cg`, the one cache operator for 16); 4 bytes through L1 too
+// (`.ca`, the only one for 4).
+copy_async_with!(copy_async_16, "cp.async.cg.shared.global", 16);
+copy_async_with!(copy_async_4, "cp.async.ca.shared.global", 4);
+#[inline(always)]
+pub unsafe fn copy_async_commit() {
+    unsafe { asm!("cp.async.commit_group;", options(nostack)) }
+}
+#[inline(always)]
+pub unsafe fn copy_async_wait<const PENDING: u32>() {
+    unsafe { asm!("cp.async.wait_group {pending};", pending = const PENDING, options(nostack)) }
+}
 #[inline(always)]
 pub fn f32_to_tf32(value: f32) -> u32 {
     let bits: u32;

@@ -179,6 +179,17 @@ impl<T: Copy> SharedSlice<T> {
         unsafe { backend::shared_load(self.base.add(index)) }
     }
 
+    /// The address of value `index`, for an asynchronous copy into it
+    /// ([`super::copy_async_16`]).
+    ///
+    /// # Safety
+    /// `index < len()` (checked by the emulator only).
+    #[inline(always)]
+    pub unsafe fn address(&self, index: usize) -> *mut T {
+        backend::check_shared_index(index, self.len);
+        unsafe { self.base.add(index) }
+    }
+
     /// Writes value `index`. *Any thread*.
     ///
     /// # Safety

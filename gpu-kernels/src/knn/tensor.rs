@@ -4,24 +4,26 @@
 //! candidates than asked for and re-ranks them exactly ([`rerank`], [`rerank_candidates`]).
 //!
 //! The block and its grid are [`tile`](super::tile)'s: [`TILE`]` × `[`TILE`] distances per
-//! block of [`DISTANCE_THREADS`] threads, two shared-memory stages, the next step's
-//! components prefetched into registers; a step is [`TENSOR_DEPTH`] components (16-byte
-//! loads of `f32` vectors), rounded to TF32 once, as they are stored. Each of the 8 warps
-//! computes a 64 × 32 part of the tile as 4 × 4 products of 16 × 8, each step 32 `mma` over
-//! its 16 components.
+//! block of [`DISTANCE_THREADS`] threads; a step is [`TENSOR_DEPTH`] components. `f32`
+//! vectors are copied into the shared-memory stages asynchronously (`cp.async`, 16 bytes a
+//! copy where the vectors start on 16 bytes), three steps ahead of the products (two for
+//! split TF32, whose stages are twice the size; [`Tf32TileLayout::stages`]); each thread
+//! rounds its own copies to TF32 in place once they have landed, before the
+//! barrier that hands the stage to the warps. 16-bit vectors are widened in registers, the
+//! next step loaded while this one's products run. Each of the 8 warps computes a 64 × 32
+//! part of the tile as 4 × 4 products of 16 × 8, each step 32 `mma` over its 16 components.
 //!
 //! The products take the components in an order of their own: an `mma`'s `k` index is any
 //! order of the components, as long as A and B agree. Lane `4g + t` feeds `k = t` and
 //! `k = t + 4` of both `mma` of a step, so it is given components `4t … 4t + 3` (`k = t`
 //! and `t + 4` of the first `mma` are components `4t` and `4t + 1`, of the second `4t + 2`
-//! and `4t + 3`). The base's stage holds each vector's 16 components side by side
-//! (vector-major, as the vectors lie in memory): one 16-byte shared load is a lane's B
-//! fragments of both `mma`. The queries' stage interleaves the rows `g` and `g + 8` of each
-//! 16-row block as the A fragment lays them out (`[x_g(c), x_{g+8}(c), x_g(c + 1),
-//! x_{g+8}(c + 1)]`), written so by the thread that stages both rows: one 16-byte load is
-//! a lane's whole A fragment, in the registers the `mma` reads (no moves). Where the PTX
-//! layouts' component-major stage took six loads of one word per fragment pair, these take
-//! one or two, and a quarter of a warp reads 128 contiguous bytes: no bank conflict.
+//! and `4t + 3`). Both sets' stages hold each vector's 16 components side by side
+//! (vector-major, as the vectors lie in memory, so that a copy lands as it is read): one
+//! 16-byte shared load is a lane's B fragments of both `mma`, and two (rows `g` and `g + 8`)
+//! are its A fragments of both, which the `mma` reads from those registers as they are (no
+//! moves). A quarter of a warp reads 64 contiguous bytes, a warp 512: no bank conflict.
+//! (The queries' stage interleaved rows `g` and `g + 8` before, one load an A fragment: the
+//! same loads a step, but a layout that a 16-byte copy cannot write.)
 //!
 //! TF32 keeps 10 of `f32`'s 23 mantissa bits (each input within a relative `2^-11`), so a
 //! dot product's error is up to about `2^-10 · ‖x‖ ‖y‖`: the bound the re-ranking proves its
@@ -49,8 +51,13 @@ use crate::topk::bitonic::NO_INDEX;
 pub const TENSOR_DEPTH: usize = 16;
 /// 16-byte chunks of a vector per stage.
 const CHUNKS: usize = TENSOR_DEPTH / 4;
-/// Shared-memory stages.
-const STAGES: usize = 2;
+/// Shared-memory stages of `f32` vectors, copied asynchronously: the copies of the next
+/// `STAGES − 1` steps in flight while one step's products run. (16-bit vectors, widened in
+/// registers, use two of them.)
+const STAGES: usize = 4;
+/// The same for split TF32, whose stages are twice the size (two blocks a multiprocessor
+/// still fit).
+const SPLIT_STAGES: usize = 3;
 /// Rows (queries) of a warp's part of the tile.
 const WARP_ROWS: usize = 64;
 /// Columns (base vectors) of a warp's part.
@@ -85,8 +92,8 @@ macro_rules! unroll {
 /// filter's rows and columns.
 #[derive(Clone, Copy, Debug)]
 pub struct Tf32TileLayout {
-    /// The queries' stages: `STAGES × TILE × TENSOR_DEPTH` words, rows interleaved as the A
-    /// fragments read them.
+    /// The queries' stages: [`Tf32TileLayout::stages`]` × TILE × TENSOR_DEPTH` words,
+    /// vector-major (module docs).
     pub queries: SharedRegion<u32>,
     /// The base vectors' stages, alike.
     pub base: SharedRegion<u32>,
@@ -106,10 +113,15 @@ pub struct Tf32TileLayout {
 }
 
 impl Tf32TileLayout {
+    /// Shared-memory stages of one TF32 product per pair (`split` false) or three.
+    pub const fn stages(split: bool) -> usize {
+        if split { SPLIT_STAGES } else { STAGES }
+    }
+
     /// The layout of one TF32 product per pair (`split` false) or three, of the tile
     /// (`filter` false) or the filter.
     pub const fn new(split: bool, filter: bool) -> Self {
-        let stage_words = STAGES * TENSOR_DEPTH * TILE as usize;
+        let stage_words = Self::stages(split) * TENSOR_DEPTH * TILE as usize;
         let low_words = if split { stage_words } else { 0 };
         let edge = if filter { TILE as usize } else { 0 };
         let (layout, queries) = SharedLayout::new().push::<u32>(stage_words);
@@ -162,6 +174,40 @@ unsafe fn load_chunk<S: Component>(
         }
     }
     values
+}
+
+/// Starts the asynchronous copy of four components of one `f32` vector from component
+/// `first` on into `destination` (16 bytes of shared memory), as [`load_chunk`] reads them:
+/// zeros past the dimension or past the tile's last vector (`count`), which are not read;
+/// one 16-byte copy when `aligned`, else four of a word.
+///
+/// # Safety
+/// Every component named inside `vectors`, the tile's first vector among them;
+/// `destination` 16-byte aligned, not accessed until the copy's group is complete.
+#[inline(always)]
+unsafe fn copy_chunk(
+    destination: *mut u32,
+    vectors: GlobalPtr<f32>,
+    (stride, count, dim): (u64, u64, u64),
+    vector: u64,
+    first: u64,
+    aligned: bool,
+) {
+    let present = if vector < count { dim.saturating_sub(first).min(4) } else { 0 };
+    // A vector past the tile reads nothing; its copies name the tile's first component.
+    let at = if present > 0 { vectors.offset(vector * stride + first) } else { vectors };
+    let source = at.as_ptr() as *const u32;
+    unsafe {
+        if aligned {
+            device::copy_async_16(destination, source, present as u32 * 4);
+        } else {
+            for j in 0..4 {
+                let there = (j as u64) < present;
+                let word = if there { source.add(j) } else { source };
+                device::copy_async_4(destination.add(j), word, if there { 4 } else { 0 });
+            }
+        }
+    }
 }
 
 /// Four TF32 values (their bits), one 16-byte shared access.
@@ -278,38 +324,23 @@ unsafe fn tf32_product<S: Component, const SPLIT: bool, const FILTER: bool>(
     let fours = |region: SharedRegion<u32>| unsafe { region.cast::<Tf32Four>().bind() };
     let (query_words, base_words) = (fours(layout.queries), fours(layout.base));
     let (query_lows, base_lows) = (fours(layout.queries_low), fours(layout.base_low));
+    // Both sets' stages are vector-major: chunk `c` (components 4c … 4c + 3 of the step) of
+    // vector `v` is 16-byte word `v · CHUNKS + c` of its stage.
+    let stage_at = |stage: usize, vector: usize, chunk: usize| stage * STAGE_FOURS + vector * CHUNKS + chunk;
 
-    // This thread stages chunk `staged_chunk` (components 4c … 4c + 3 of the step) of base
-    // vectors `staged_vector` and `staged_vector + 64`, and of query rows `g` and `g + 8` of
-    // 16-row block `staged_block` (`staged_row` the first): a quarter of a warp writes 128
-    // contiguous bytes of each stage.
+    // This thread stages chunk `staged_chunk` of vectors `staged_vector` and `staged_vector +
+    // 64` of both sets: a quarter of a warp writes 64 contiguous bytes of each stage.
     let (staged_vector, staged_chunk) = ((thread / CHUNKS) as u64, thread % CHUNKS);
     const SECOND: u64 = (DISTANCE_THREADS as usize / CHUNKS) as u64;
-    let (staged_block, staged_g) = (thread / CHUNKS / 8, thread / CHUNKS % 8);
-    let staged_row = (staged_block * 16 + staged_g) as u64;
-    // The A fragment of row block `block`, depth `depth`, for lane (g, t): its 16-byte word.
-    let a_at = |stage: usize, block: usize, depth: usize, g: usize, t: usize| {
-        stage * STAGE_FOURS + ((block * 2 + depth) * 8 + g) * CHUNKS + t
-    };
-    // 16-byte loads where every vector of both sets starts on 16 bytes.
+    let staged = [staged_vector, staged_vector + SECOND];
+    // 16-byte loads and copies where every vector of both sets starts on 16 bytes.
     let vectors_aligned = size_of::<S>() == 4
         && queries.address().is_multiple_of(16)
         && base.address().is_multiple_of(16)
         && params.query_stride.is_multiple_of(4)
         && params.base_stride.is_multiple_of(4);
-    let stage_load = |step: u64| unsafe {
-        let first = step * TENSOR_DEPTH as u64 + (staged_chunk * 4) as u64;
-        let load = |vectors, stride, count, vector| {
-            load_chunk(vectors, (stride, count, params.dim), vector, first, vectors_aligned)
-        };
-        let (qs, bs) = ((params.query_stride, query_count), (params.base_stride, base_count));
-        [
-            load(queries, qs.0, qs.1, staged_row),
-            load(queries, qs.0, qs.1, staged_row + 8),
-            load(base, bs.0, bs.1, staged_vector),
-            load(base, bs.0, bs.1, staged_vector + SECOND),
-        ]
-    };
+    let sets = [(queries, params.query_stride, query_count), (base, params.base_stride, base_count)];
+    let first_of = |step: u64| step * TENSOR_DEPTH as u64 + (staged_chunk * 4) as u64;
     // TF32 bits of `values` and, with SPLIT, of their remainders (exact in f32: hi holds
     // x's leading bits), rounded to TF32.
     let round = |values: [f32; 4]| {
@@ -322,81 +353,72 @@ unsafe fn tf32_product<S: Component, const SPLIT: bool, const FILTER: bool>(
         }
         (Tf32Four(high), Tf32Four(low))
     };
-    let stage_store = |stage: usize, [row, row_8, first, second]: [Four; 4]| unsafe {
-        // The queries: rows g and g + 8 interleaved, one word per `mma` depth.
-        for depth in 0..2 {
-            let (k0, k1) = (2 * depth, 2 * depth + 1);
-            let (high, low) = round([row.0[k0], row_8.0[k0], row.0[k1], row_8.0[k1]]);
-            let at = a_at(stage, staged_block, depth, staged_g, staged_chunk);
-            query_words.store(at, high);
-            if SPLIT {
-                query_lows.store(at, low);
-            }
-        }
-        // The base, vector-major.
-        for (vector, chunk) in [(staged_vector, first), (staged_vector + SECOND, second)] {
+    // This thread's four chunks of a stage (queries, then base), rounded and stored.
+    let stage_store = |stage: usize, chunks: [Four; 4]| unsafe {
+        for (i, chunk) in chunks.into_iter().enumerate() {
+            let (words, lows) = if i < 2 { (query_words, query_lows) } else { (base_words, base_lows) };
+            let at = stage_at(stage, staged[i % 2] as usize, staged_chunk);
             let (high, low) = round(chunk.0);
-            let at = stage * STAGE_FOURS + vector as usize * CHUNKS + staged_chunk;
-            base_words.store(at, high);
+            words.store(at, high);
             if SPLIT {
-                base_lows.store(at, low);
+                lows.store(at, low);
             }
         }
     };
 
-    // The filter's rows and columns, read once while the first stage loads: each row's
+    // The filter's rows and columns, read once while the first stages load: each row's
     // squared norm and bound widened by its margin, each column's squared norm.
     let needs_norms = metric != Metric::InnerProduct;
     let layout_edges =
         unsafe { (layout.row_norms.bind(), layout.row_bounds.bind(), layout.column_norms.bind()) };
-    if FILTER {
-        let (row_norms, row_bounds, column_norms) = &layout_edges;
-        let edge = thread % TILE as usize;
-        if thread < TILE as usize {
-            let (mut norm, mut bound) = (0.0, f32::NAN);
-            if (edge as u64) < query_count {
-                let query = query_start + edge as u64;
-                norm = unsafe { params.query_norms.read(query) };
-                bound = margin.widen(unsafe { target.bounds.read(query) }, norm, 1.0);
+    let read_edges = || {
+        if FILTER {
+            let (row_norms, row_bounds, column_norms) = &layout_edges;
+            let edge = thread % TILE as usize;
+            if thread < TILE as usize {
+                let (mut norm, mut bound) = (0.0, f32::NAN);
+                if (edge as u64) < query_count {
+                    let query = query_start + edge as u64;
+                    norm = unsafe { params.query_norms.read(query) };
+                    bound = margin.widen(unsafe { target.bounds.read(query) }, norm, 1.0);
+                }
+                unsafe { (row_norms.store(edge, norm), row_bounds.store(edge, bound)) };
+            } else {
+                let mut norm = 0.0;
+                if needs_norms && (edge as u64) < base_count {
+                    norm = unsafe { params.base_norms.read(base_start + edge as u64) };
+                }
+                unsafe { column_norms.store(edge, norm) };
             }
-            unsafe { (row_norms.store(edge, norm), row_bounds.store(edge, bound)) };
-        } else {
-            let mut norm = 0.0;
-            if needs_norms && (edge as u64) < base_count {
-                norm = unsafe { params.base_norms.read(base_start + edge as u64) };
-            }
-            unsafe { column_norms.store(edge, norm) };
         }
-    }
+    };
 
-    let steps = params.dim.div_ceil(TENSOR_DEPTH as u64);
+    // One step's products from stage `stage`: B's components for the warp's columns (both
+    // `mma` depths in one load), then a row tile at a time A's rows g and g + 8 (both depths
+    // in two loads), each product into its accumulator (an accumulator's two products 16
+    // apart): with SPLIT the small terms first (lo·hi, hi·lo), then hi·hi.
     let mut sums = [[[0.0f32; 4]; N_TILES]; M_TILES];
-    stage_store(0, stage_load(0));
-    unsafe { device::sync_threads() };
-    for step in 0..steps {
-        let stage = (step % STAGES as u64) as usize;
-        // The next step's loads are in flight while this one's products run.
-        let next = if step + 1 < steps { Some(stage_load(step + 1)) } else { None };
-        // B's components for the warp's columns (both `mma` depths in one load), then for
-        // each depth A's fragment a row tile at a time, each product into its accumulator
-        // (an accumulator's two products 16 apart): with SPLIT the small terms first (lo·hi,
-        // hi·lo), then hi·hi.
+    let mut multiply = |stage: usize| {
         let mut b = [Tf32Four::default(); N_TILES];
         let mut b_low = [Tf32Four::default(); N_TILES];
         for n in 0..N_TILES {
-            let at = stage * STAGE_FOURS + (warp_column + n * 8 + g) * CHUNKS + t;
+            let at = stage_at(stage, warp_column + n * 8 + g, t);
             b[n] = unsafe { base_words.load(at) };
             if SPLIT {
                 b_low[n] = unsafe { base_lows.load(at) };
             }
         }
-        for depth in 0..2 {
-            let (k0, k1) = (2 * depth, 2 * depth + 1);
-            for m in 0..M_TILES {
-                let at = a_at(stage, warp_row / 16 + m, depth, g, t);
-                let a = unsafe { query_words.load(at) }.0;
+        for m in 0..M_TILES {
+            let rows = [warp_row + m * 16 + g, warp_row + m * 16 + g + 8].map(|row| stage_at(stage, row, t));
+            let x = rows.map(|at| unsafe { query_words.load(at) }.0);
+            let x_low = if SPLIT { rows.map(|at| unsafe { query_lows.load(at) }.0) } else { [[0; 4]; 2] };
+            for depth in 0..2 {
+                let (k0, k1) = (2 * depth, 2 * depth + 1);
+                // Lane (g, t)'s A fragment: rows g and g + 8 at k = t (component 4t + 2·depth)
+                // and k = t + 4 (the next component).
+                let a = [x[0][k0], x[1][k0], x[0][k1], x[1][k1]];
                 if SPLIT {
-                    let a_low = unsafe { query_lows.load(at) }.0;
+                    let a_low = [x_low[0][k0], x_low[1][k0], x_low[0][k1], x_low[1][k1]];
                     for n in 0..N_TILES {
                         let (bn, bn_low) = ([b[n].0[k0], b[n].0[k1]], [b_low[n].0[k0], b_low[n].0[k1]]);
                         sums[m][n] = unsafe { device::mma_tf32_m16n8k8(a_low, bn, sums[m][n]) };
@@ -408,10 +430,91 @@ unsafe fn tf32_product<S: Component, const SPLIT: bool, const FILTER: bool>(
                 }
             }
         }
-        if let Some(loaded) = next {
-            stage_store((stage + 1) % STAGES, loaded);
+    };
+
+    let steps = params.dim.div_ceil(TENSOR_DEPTH as u64);
+    if size_of::<S>() == 4 {
+        // `f32` vectors: the stages copied asynchronously, `stages − 1` steps ahead of the
+        // products (register prefetch one step ahead left the loads' latency exposed: one
+        // step's 32 `mma` a warp are shorter, H200 run 349). Each thread copies its chunks
+        // as they are, waits for them, and rounds them to TF32 in place before the barrier
+        // that hands them to the warps: the same TF32 inputs, the same products, as before.
+        let stages = Tf32TileLayout::stages(SPLIT);
+        let copy = |step: u64| unsafe {
+            if step < steps {
+                let stage = (step % stages as u64) as usize;
+                for (i, &(vectors, stride, count)) in [sets[0], sets[0], sets[1], sets[1]].iter().enumerate()
+                {
+                    let words = if i < 2 { query_words } else { base_words };
+                    let destination = words.address(stage_at(stage, staged[i % 2] as usize, staged_chunk));
+                    let vectors = GlobalPtr::<f32>::from_address(vectors.address());
+                    copy_chunk(
+                        destination as *mut u32,
+                        vectors,
+                        (stride, count, params.dim),
+                        staged[i % 2],
+                        first_of(step),
+                        vectors_aligned,
+                    );
+                }
+            }
+            device::copy_async_commit();
+        };
+        for step in 0..stages as u64 - 1 {
+            copy(step);
         }
+        read_edges();
+        for step in 0..steps {
+            let stage = (step % stages as u64) as usize;
+            unsafe {
+                if SPLIT {
+                    device::copy_async_wait::<{ SPLIT_STAGES as u32 - 2 }>();
+                } else {
+                    device::copy_async_wait::<{ STAGES as u32 - 2 }>();
+                }
+                let own = [0, 1, 2, 3].map(|i| {
+                    let words = if i < 2 { query_words } else { base_words };
+                    Four(
+                        words
+                            .load(stage_at(stage, staged[i % 2] as usize, staged_chunk))
+                            .0
+                            .map(f32::from_bits),
+                    )
+                });
+                stage_store(stage, own);
+                device::sync_threads();
+            }
+            // Stage `step + stages − 1`'s slot held step − 1's, which every warp is done with.
+            copy(step + stages as u64 - 1);
+            multiply(stage);
+        }
+    } else {
+        // 16-bit vectors, widened as they are loaded: the next step's chunks in registers
+        // while this one's products run, two stages.
+        let stage_load = |step: u64| unsafe {
+            let [(qs, q_stride, q_count), (bs, b_stride, b_count)] = sets;
+            let load = |vectors, stride, count, vector| {
+                load_chunk(vectors, (stride, count, params.dim), vector, first_of(step), vectors_aligned)
+            };
+            [
+                load(qs, q_stride, q_count, staged[0]),
+                load(qs, q_stride, q_count, staged[1]),
+                load(bs, b_stride, b_count, staged[0]),
+                load(bs, b_stride, b_count, staged[1]),
+            ]
+        };
+        stage_store(0, stage_load(0));
+        read_edges();
         unsafe { device::sync_threads() };
+        for step in 0..steps {
+            let stage = (step % 2) as usize;
+            let next = if step + 1 < steps { Some(stage_load(step + 1)) } else { None };
+            multiply(stage);
+            if let Some(loaded) = next {
+                stage_store(1 - stage, loaded);
+            }
+            unsafe { device::sync_threads() };
+        }
     }
 
     // The epilogue: lane (g, t) holds rows g and g + 8, columns 2t and 2t + 1 of each product.

@@ -283,6 +283,28 @@ pub unsafe fn load_global_v4(address: *const u32) -> [u32; 4] {
 pub unsafe fn load_global_v4_evict_first(address: *const u32) -> [u32; 4] {
     unsafe { load_global_v4(address) }
 }
+/// The copy done at once (a copy in flight may complete at any time before its wait), each
+/// word a checked shared write; the words past `source_bytes` zeros, as the GPU fills them.
+unsafe fn copy_async(destination: *mut u32, source: *const u32, words: usize, source_bytes: u32) {
+    for i in 0..words {
+        let value = if (i as u32) * 4 < source_bytes { unsafe { source.add(i).read() } } else { 0 };
+        unsafe { shared_store(destination.add(i), value) };
+    }
+}
+pub unsafe fn copy_async_16(destination: *mut u32, source: *const u32, source_bytes: u32) {
+    debug_assert!(
+        destination.addr().is_multiple_of(16) && source.addr().is_multiple_of(16),
+        "a 16-byte asynchronous copy between unaligned addresses"
+    );
+    debug_assert!(source_bytes <= 16 && source_bytes.is_multiple_of(4));
+    unsafe { copy_async(destination, source, 4, source_bytes) }
+}
+pub unsafe fn copy_async_4(destination: *mut u32, source: *const u32, source_bytes: u32) {
+    debug_assert!(source_bytes == 0 || source_bytes == 4);
+    unsafe { copy_async(destination, source, 1, source_bytes) }
+}
+pub unsafe fn copy_async_commit() {}
+pub unsafe fn copy_async_wait<const PENDING: u32>() {}
 pub fn f32_to_tf32(value: f32) -> u32 {
     let bits = value.to_bits();
     if !value.is_finite() {
