@@ -22,10 +22,10 @@
 //! and `4t + 3`). Both sets' stages hold each vector's 16 components side by side
 //! (vector-major, as the vectors lie in memory, so that a copy lands as it is read): one
 //! 16-byte shared load is a lane's B fragments of both `mma`, and two (rows `g` and `g + 8`)
-//! are its A fragments of both, which the `mma` reads from those registers as they are (no
-//! moves). A quarter of a warp reads 64 contiguous bytes, a warp 512: no bank conflict.
+//! are its A fragments of both (ptxas moves their words into a quad of registers for each
+//! `mma`, run 370). A quarter of a warp reads 64 contiguous bytes, a warp 512: no conflict.
 //! (The queries' stage interleaved rows `g` and `g + 8` before, one load an A fragment: the
-//! same loads a step, but a layout that a 16-byte copy cannot write.)
+//! same loads a step, but a 16-byte copy cannot write it; word copies were slower, run 371.)
 //!
 //! TF32 keeps 10 of `f32`'s 23 mantissa bits (each input within a relative `2^-11`), so a
 //! dot product's error is up to about `2^-10 · ‖x‖ ‖y‖`: the bound the re-ranking proves its
