@@ -889,6 +889,47 @@ fn a_streamed_plan_runs_again_into_the_callers_memory() {
     assert!(matches!(index.plan_search(3, base_count + 1), Err(Error::KOutOfRange { .. })));
 }
 
+/// The walking TF32 filter (`f32` vectors of up to 128 components: each block a query tile
+/// and every `width`-th base tile): blocks that walk several base tiles (on the emulator's
+/// eight blocks and on a GPU's), vectors of 1, 2, 3 and 8 steps (a tile of one step reuses
+/// its column norms' buffer soonest), and beside it the filter of longer vectors (9 and 13
+/// steps, one tile a block) and the written tiles: the f32 search's neighbours, bit for bit.
+#[test]
+fn the_walking_tf32_filter_matches_the_f32_search() {
+    let gpu = gpu();
+    let tiles = gpu.with_tuning(Tuning { knn_filter: false, ..*gpu.tuning() });
+    let mut rng = StdRng::seed_from_u64(47);
+    let (queries_count, base_count) = if on_emulator(&gpu) { (70, 2100) } else { (300, 40_000) };
+    for (dim, metrics) in [
+        (5, &[Metric::L2][..]),
+        (20, &[Metric::L2, Metric::InnerProduct, Metric::Cosine][..]),
+        (40, &[Metric::L2][..]),
+        (128, &[Metric::L2][..]),
+        (130, &[Metric::InnerProduct][..]),
+        (200, &[Metric::L2][..]),
+    ] {
+        let (queries, base, _) = filter_cases(&mut rng, queries_count, base_count, dim);
+        let (q, b) = (gpu.upload(&queries).unwrap(), gpu.upload(&base).unwrap());
+        let (query_set, vectors) =
+            (|| Vectors::new(&q, queries_count, dim).unwrap(), || Vectors::new(&b, base_count, dim).unwrap());
+        for &metric in metrics {
+            for (handle, filters) in [(&gpu, true), (&tiles, false)] {
+                let exact = handle.flat_index(vectors(), metric).unwrap();
+                let tf32 = handle
+                    .flat_index(vectors(), metric)
+                    .unwrap()
+                    .with_precision(KnnPrecision::Tf32Reranked)
+                    .unwrap();
+                let what = format!("{dim}-d {metric:?} filtered {filters}");
+                assert_eq!(tf32.plan_search(queries_count, 10).unwrap().filters(), filters, "{what}");
+                let found = download(&gpu, &tf32.search(query_set(), 10).unwrap());
+                let whole = download(&gpu, &exact.search(query_set(), 10).unwrap());
+                assert_same_bits(&found, &whole, &what);
+            }
+        }
+    }
+}
+
 /// The filtered searches' data: clustered base vectors, queries half of them from the base
 /// (exact duplicates) and half new, and a base of the first three vectors repeated (every
 /// row of candidates overflows).

@@ -418,6 +418,15 @@ pub fn compiler_barrier() {
     backend::compiler_barrier()
 }
 
+/// `value`, through an instruction the compiler must keep where it is written and cannot
+/// see through: work that depends on it stays after it (a loop's body keeps its own address
+/// arithmetic, where hoisting the loop-invariant part would hold it in registers across the
+/// whole loop). One `mov` on the GPU. *Any thread.*
+#[inline(always)]
+pub fn opaque_u64(value: u64) -> u64 {
+    backend::opaque_u64(value)
+}
+
 /// Orders this thread's memory accesses as seen by its block (`fence.acq_rel.cta`).
 /// *Any thread.*
 #[inline(always)]

@@ -164,6 +164,15 @@ pub unsafe fn shared_atomic_cas_u32(address: *mut u32, expected: u32, new: u32) 
 }
 
 #[inline(always)]
+pub fn opaque_u64(value: u64) -> u64 {
+    let out: u64;
+    // Not `pure`: LLVM may then neither move it out of a loop nor merge two of them.
+    unsafe {
+        asm!("mov.b64 {out}, {value};", out = out(reg64) out, value = in(reg64) value, options(nomem, nostack))
+    };
+    out
+}
+#[inline(always)]
 pub fn compiler_barrier() {
     // An empty asm that may touch memory: nothing is emitted, nothing moves across it.
     unsafe { asm!("", options(nostack, preserves_flags)) }

@@ -3,17 +3,17 @@
 //! ([`super::tile_distance`]). Its distances are approximations: the search keeps more
 //! candidates than asked for and re-ranks them exactly ([`rerank`], [`rerank_candidates`]).
 //!
-//! The block and its grid are [`tile`](super::tile)'s: [`TILE`]` × `[`TILE`] distances per
-//! block of [`DISTANCE_THREADS`] threads; a step is [`TENSOR_DEPTH`] components. `f32`
-//! vectors are copied into the shared-memory stages asynchronously (`cp.async`, 16 bytes a
-//! copy where the vectors start on 16 bytes), three steps ahead of the products (two for
-//! split TF32, whose stages are twice the size; [`Tf32TileLayout::stages`]); each thread
-//! rounds its own copies to TF32 in place once they have landed, before the
-//! barrier that hands the stage to the warps. 16-bit vectors are widened in registers, the
-//! next step loaded while this one's products run. Each of the 8 warps computes a 64 × 32
-//! part of the tile as 4 × 4 products of 16 × 8, each step 32 `mma` over its 16 components.
-//! The rows' and columns' norms that the epilogue adds are in shared memory by then (copied
-//! asynchronously for the written tile; read with the bounds for the filter).
+//! A block computes [`TILE`]` × `[`TILE`] distances at a time with [`DISTANCE_THREADS`]
+//! threads, [`TENSOR_DEPTH`] components a step. `f32` vectors are copied into the stages
+//! asynchronously (`cp.async`, 16 bytes a copy where they start on 16 bytes), three steps
+//! ahead (two for split TF32, whose stages are twice the size); each thread rounds its own
+//! copies to TF32 in place, before the barrier that hands the stage to the warps. The `f32`
+//! filter walks base tiles for vectors of up to 128 components (`walk`: the queries kept in
+//! shared memory, the copies running on across tiles); the written tile, longer vectors,
+//! split TF32 and 16-bit vectors (widened in registers a step ahead) take one tile a block
+//! ([`tile`](super::tile)'s grid). Each of the 8 warps computes a 64 × 32 part of the tile
+//! as 4 × 4 products of 16 × 8, each step 32 `mma` over its 16 components. The epilogue's
+//! norms are in shared memory by then (copied with the stages, or the filter's read).
 //!
 //! The products take the components in an order of their own: an `mma`'s `k` index is any
 //! order of the components, as long as A and B agree. Lane `4g + t` feeds `k = t` and
@@ -42,7 +42,7 @@
 
 use super::tile::{DISTANCE_THREADS, DistanceFilterParams, DistanceTileParams, FilterTarget, Four, TILE};
 use super::{Bf16Bits, Component, F16Bits, Metric, tile_distance};
-use crate::device::{self, SharedLayout, SharedRegion};
+use crate::device::{self, SharedLayout, SharedRegion, SharedSlice};
 use crate::key::Key;
 use crate::params::GlobalPtr;
 use crate::topk::bitonic::NO_INDEX;
@@ -60,6 +60,10 @@ const STAGES: usize = 4;
 /// The same for split TF32, whose stages are twice the size (two blocks a multiprocessor
 /// still fit).
 const SPLIT_STAGES: usize = 3;
+/// Steps of the queries that a block of the walking filter ([`walks`]) keeps in shared
+/// memory for its whole walk: vectors of up to 128 components (64 KB of queries; two blocks
+/// a multiprocessor still fit on sm_90).
+pub const RESIDENT_STEPS: usize = 8;
 /// Rows (queries) of a warp's part of the tile.
 const WARP_ROWS: usize = 64;
 /// Columns (base vectors) of a warp's part.
@@ -73,6 +77,9 @@ const N_TILES: usize = WARP_COLUMNS / 8;
 const STAGED_VECTORS: usize = TILE as usize * CHUNKS / DISTANCE_THREADS as usize;
 /// 16-byte words of one stage of one set.
 const STAGE_FOURS: usize = TILE as usize * CHUNKS;
+/// The second vector a thread stages, after its first (`thread / CHUNKS`): a quarter of a
+/// warp writes 64 contiguous bytes of each stage.
+const SECOND: u64 = (DISTANCE_THREADS as usize / CHUNKS) as u64;
 const _: () = assert!(
     (TILE as usize / WARP_ROWS) * (TILE as usize / WARP_COLUMNS) * 32 == DISTANCE_THREADS as usize,
     "the warps' parts cover the tile"
@@ -121,18 +128,34 @@ impl Tf32TileLayout {
     }
 
     /// The layout of one TF32 product per pair (`split` false) or three, of the tile
-    /// (`filter` false) or the filter.
+    /// (`filter` false) or the filter, for the kernels of one tile a block.
     pub const fn new(split: bool, filter: bool) -> Self {
-        let stage_words = Self::stages(split) * TENSOR_DEPTH * TILE as usize;
-        let low_words = if split { stage_words } else { 0 };
+        let stages = Self::stages(split);
+        Self::with((stages, stages), split, filter, 1)
+    }
+
+    /// The layout of the walking `f32` filter ([`walks`]): [`RESIDENT_STEPS`] stages of
+    /// queries, four (`STAGES`) of the base and as many buffers of column norms.
+    pub const fn walking() -> Self {
+        Self::with((RESIDENT_STEPS, STAGES), false, true, STAGES)
+    }
+
+    const fn with(
+        (query_stages, base_stages): (usize, usize),
+        split: bool,
+        filter: bool,
+        column_buffers: usize,
+    ) -> Self {
+        let stage_words = TENSOR_DEPTH * TILE as usize;
+        let split_words = if split { stage_words } else { 0 };
         let bounds = if filter { TILE as usize } else { 0 };
-        let (layout, queries) = SharedLayout::new().push::<u32>(stage_words);
-        let (layout, base) = layout.push::<u32>(stage_words);
-        let (layout, queries_low) = layout.push::<u32>(low_words);
-        let (layout, base_low) = layout.push::<u32>(low_words);
+        let (layout, queries) = SharedLayout::new().push::<u32>(query_stages * stage_words);
+        let (layout, base) = layout.push::<u32>(base_stages * stage_words);
+        let (layout, queries_low) = layout.push::<u32>(query_stages * split_words);
+        let (layout, base_low) = layout.push::<u32>(base_stages * split_words);
         let (layout, row_norms) = layout.push::<f32>(TILE as usize);
         let (layout, row_bounds) = layout.push::<f32>(bounds);
-        let (layout, column_norms) = layout.push::<f32>(TILE as usize);
+        let (layout, column_norms) = layout.push::<f32>(column_buffers * TILE as usize);
         Self {
             queries,
             base,
@@ -144,6 +167,31 @@ impl Tf32TileLayout {
             bytes: layout.bytes(),
         }
     }
+}
+
+/// The grid of the walking filter ([`walks`]) for `query_count × base_count` distances
+/// on a device that holds `slots` of their blocks at once (multiprocessors times blocks a
+/// multiprocessor): `(width, query tiles)`, each query tile's base tiles shared out among
+/// `width` blocks. The width is the one whose busiest block has the fewest tiles, counting
+/// the waves the grid takes (the smallest such: the fewest starts); e.g. 8 query tiles of
+/// 7 813 base tiles on 264 slots: 33 blocks a query tile, 237 tiles each, one wave.
+///
+/// ```
+/// use gpu_select_kernels::knn::tensor::walk_grid;
+/// assert_eq!(walk_grid(1024, 1_000_000, 264), (33, 8));
+/// assert_eq!(walk_grid(100_000, 1_000_000, 264), (85, 782)); // 252 waves of 92 tiles
+/// ```
+pub fn walk_grid(query_count: u64, base_count: u64, slots: u64) -> (u64, u64) {
+    let (base_tiles, query_tiles) = super::tile::distance_grid(query_count, base_count);
+    let slots = slots.max(1);
+    let (mut best, mut best_width) = (u64::MAX, 1);
+    for width in 1..=base_tiles.min(slots) {
+        let busiest = (query_tiles * width).div_ceil(slots) * base_tiles.div_ceil(width);
+        if busiest < best {
+            (best, best_width) = (busiest, width);
+        }
+    }
+    (best_width, query_tiles)
 }
 
 /// Four components of one vector from component `first` on, widened to `f32`: zeros past
@@ -198,6 +246,30 @@ unsafe fn copy_word(
     // A component past the vectors reads nothing; its copy names the first.
     let at = if there { vectors.offset(vector * stride + component) } else { vectors };
     unsafe { device::copy_async_4(destination, at.as_ptr() as *const u32, if there { 4 } else { 0 }) }
+}
+
+/// Starts the asynchronous copy of squared norm `edge` of `norms` (of `count`) into value
+/// `at` of `region`: zero past `count`, and where `needed` is false (the inner product,
+/// whose norms may be null), stored at once.
+///
+/// # Safety
+/// `at` inside `region`, not accessed until the copy's group is complete; the norms named
+/// inside `norms` when `needed`.
+#[inline(always)]
+unsafe fn copy_norm(
+    region: SharedSlice<f32>,
+    at: usize,
+    (norms, count): (GlobalPtr<f32>, u64),
+    edge: u64,
+    needed: bool,
+) {
+    unsafe {
+        if needed {
+            copy_word(region.address(at) as *mut u32, norms, (1, count), edge, 0, 1);
+        } else {
+            region.store(at, 0.0);
+        }
+    }
 }
 
 /// Starts the asynchronous copy of four components of one `f32` vector from component
@@ -315,14 +387,284 @@ pub unsafe fn distance_filter_tf32<S: Component>(params: Tf32FilterParams<S>) {
     unsafe { tf32_product::<S, false, true>(params.filter.tile, params.filter.target, params.margin) }
 }
 
-/// The product of both TF32 kernels; the epilogue writes the tile or, `FILTER`, keeps
-/// candidates.
+/// Where a warp's part of the tile lies, and which entries of its fragments lane
+/// `4g + t` holds.
+#[derive(Clone, Copy)]
+struct WarpPart {
+    /// The part's first row (query) in the tile.
+    row: usize,
+    /// The part's first column (base vector) in the tile.
+    column: usize,
+    g: usize,
+    t: usize,
+}
+
+impl WarpPart {
+    #[inline(always)]
+    fn of(thread: usize) -> Self {
+        let (warp, lane) = (thread / 32, thread % 32);
+        Self {
+            row: (warp / (TILE as usize / WARP_COLUMNS)) * WARP_ROWS,
+            column: (warp % (TILE as usize / WARP_COLUMNS)) * WARP_COLUMNS,
+            g: lane / 4,
+            t: lane % 4,
+        }
+    }
+
+    /// The tile's column of entries `2t` and `2t + 1` of product column `n`.
+    #[inline(always)]
+    fn column_of(self, n: usize) -> u64 {
+        (self.column + n * 8 + 2 * self.t) as u64
+    }
+
+    /// The tile's row of entries `2 · half` and `2 · half + 1` of product row `m`.
+    #[inline(always)]
+    fn row_of(self, m: usize, half: usize) -> u64 {
+        (self.row + m * 16 + self.g + 8 * half) as u64
+    }
+}
+
+/// A lane's accumulators: product row, product column, fragment entry.
+type Sums = [[[f32; 4]; N_TILES]; M_TILES];
+
+/// A set's stages, as 16-byte words.
+type Fours = SharedSlice<Tf32Four>;
+
+/// Both sets' stages are vector-major: chunk `chunk` (components `4 · chunk … 4 · chunk + 3`
+/// of the step) of vector `vector` is 16-byte word `vector · CHUNKS + chunk` of its stage.
+#[inline(always)]
+fn stage_at(stage: usize, vector: usize, chunk: usize) -> usize {
+    stage * STAGE_FOURS + vector * CHUNKS + chunk
+}
+
+/// One step's products from the queries' stage `query_stage` and the base's `base_stage`:
+/// B's components for the warp's columns (both `mma` depths in one load), then a row tile at
+/// a time A's rows g and g + 8 (both depths in two loads), each product into its
+/// accumulator (an accumulator's two products 16 apart): with SPLIT the small terms first
+/// (lo·hi, hi·lo), then hi·hi.
 ///
 /// # Safety
-/// As [`distance_tile_tf32`] or [`distance_filter_tf32`].
+/// Both stages written and handed over by a barrier.
 // Fragment and accumulator arrays are indexed by position (row tile, column tile), as the
 // PTX ISA lays them out: plain ranges read best here.
 #[allow(clippy::needless_range_loop)]
+#[inline(always)]
+unsafe fn multiply<const SPLIT: bool>(
+    (query_words, query_lows): (Fours, Fours),
+    (base_words, base_lows): (Fours, Fours),
+    (query_stage, base_stage): (usize, usize),
+    part: WarpPart,
+    sums: &mut Sums,
+) {
+    let (g, t) = (part.g, part.t);
+    let mut b = [Tf32Four::default(); N_TILES];
+    let mut b_low = [Tf32Four::default(); N_TILES];
+    for n in 0..N_TILES {
+        let at = stage_at(base_stage, part.column + n * 8 + g, t);
+        b[n] = unsafe { base_words.load(at) };
+        if SPLIT {
+            b_low[n] = unsafe { base_lows.load(at) };
+        }
+    }
+    for m in 0..M_TILES {
+        let rows =
+            [part.row + m * 16 + g, part.row + m * 16 + g + 8].map(|row| stage_at(query_stage, row, t));
+        let x = rows.map(|at| unsafe { query_words.load(at) }.0);
+        let x_low = if SPLIT { rows.map(|at| unsafe { query_lows.load(at) }.0) } else { [[0; 4]; 2] };
+        for depth in 0..2 {
+            let (k0, k1) = (2 * depth, 2 * depth + 1);
+            // Lane (g, t)'s A fragment: rows g and g + 8 at k = t (component 4t + 2·depth)
+            // and k = t + 4 (the next component).
+            let a = [x[0][k0], x[1][k0], x[0][k1], x[1][k1]];
+            if SPLIT {
+                let a_low = [x_low[0][k0], x_low[1][k0], x_low[0][k1], x_low[1][k1]];
+                for n in 0..N_TILES {
+                    let (bn, bn_low) = ([b[n].0[k0], b[n].0[k1]], [b_low[n].0[k0], b_low[n].0[k1]]);
+                    sums[m][n] = unsafe { device::mma_tf32_m16n8k8(a_low, bn, sums[m][n]) };
+                    sums[m][n] = unsafe { device::mma_tf32_m16n8k8(a, bn_low, sums[m][n]) };
+                }
+            }
+            for n in 0..N_TILES {
+                sums[m][n] = unsafe { device::mma_tf32_m16n8k8(a, [b[n].0[k0], b[n].0[k1]], sums[m][n]) };
+            }
+        }
+    }
+}
+
+/// Rounds this thread's `f32` chunks of stage `stage` of a set (vectors `staged`, chunk
+/// `chunk`) to TF32 in place, once its copies have landed.
+///
+/// # Safety
+/// This thread's copies into them complete; no other thread accesses them until a barrier.
+#[inline(always)]
+unsafe fn round_own(words: Fours, stage: usize, staged: [u64; STAGED_VECTORS], chunk: usize) {
+    unroll!([0 1] i => {
+        let at = stage_at(stage, staged[i] as usize, chunk);
+        let values = unsafe { words.load(at) }.0;
+        unsafe { words.store(at, Tf32Four(values.map(|bits| device::f32_to_tf32(f32::from_bits(bits))))) };
+    });
+}
+
+/// The rows and columns a tile's epilogue reads from shared memory: each row's squared norm
+/// and (filter) widened bound, and the columns' squared norms from `columns_from` on.
+#[derive(Clone, Copy)]
+struct Edges {
+    row_norms: SharedSlice<f32>,
+    row_bounds: SharedSlice<f32>,
+    column_norms: SharedSlice<f32>,
+    columns_from: usize,
+}
+
+impl Edges {
+    /// The squared norms of the lane's columns (product column `n`, entry `j`).
+    ///
+    /// # Safety
+    /// The columns' norms written and handed over by a barrier.
+    #[inline(always)]
+    unsafe fn base_norms(self, part: WarpPart) -> [[f32; 2]; N_TILES] {
+        let mut norms = [[0.0f32; 2]; N_TILES];
+        unroll!([0 1 2 3] n => {
+            unroll!([0 1] j => {
+                norms[n][j] = unsafe { self.column_norms.load(self.columns_from + part.column_of(n) as usize + j) };
+            });
+        });
+        norms
+    }
+}
+
+/// The written tile's epilogue: lane (g, t) holds rows g and g + 8, columns 2t and 2t + 1
+/// of each product; each distance ([`tile_distance`]) written to `out` (the tile's first
+/// column; row `query` at `query · out_stride`), two neighbours a store where they lie on
+/// 8 bytes.
+///
+/// # Safety
+/// The edges' norms handed over by a barrier; `out` holds the tile's rows and columns.
+// Accumulator arrays are indexed by position, as in `multiply`.
+#[allow(clippy::needless_range_loop)]
+#[inline(always)]
+unsafe fn write_tile(
+    metric: Metric,
+    part: WarpPart,
+    sums: &Sums,
+    edges: Edges,
+    (out, out_stride): (GlobalPtr<f32>, u64),
+    (query_start, query_count): (u64, u64),
+    base_count: u64,
+) {
+    let base_norm = unsafe { edges.base_norms(part) };
+    // (As the f32 tile writes its fours, spelled out in each: one store helper for both made
+    // the f32 tile 24 % slower, H200 run 200.)
+    let whole_pairs = out.address().is_multiple_of(8) && out_stride.is_multiple_of(2);
+    for m in 0..M_TILES {
+        for half in 0..2 {
+            let row = part.row_of(m, half);
+            if row >= query_count {
+                continue;
+            }
+            let query = query_start + row;
+            let query_norm = unsafe { edges.row_norms.load(row as usize) };
+            for n in 0..N_TILES {
+                let mut distances = Two::default();
+                for j in 0..2 {
+                    distances.0[j] =
+                        tile_distance(metric, sums[m][n][2 * half + j], query_norm, base_norm[n][j]);
+                }
+                let column = part.column_of(n);
+                let at = query * out_stride + column;
+                if whole_pairs && column + 2 <= base_count {
+                    unsafe { (out.offset(at).as_ptr() as *mut Two).write(distances) };
+                } else {
+                    for j in 0..2 {
+                        if column + (j as u64) < base_count {
+                            unsafe { out.write(at + j as u64, distances.0[j]) };
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The filter's epilogue: as the f32 filter's (`super::tile`), each pair's distance and
+/// whether it is within its query's widened bound, branch-free and once per metric, as bits
+/// (row part `2m + half`, column part `2n + j`); then the kept ones appended to `target` by
+/// a loop over their bits, each distance picked from the registers by constant indices.
+///
+/// # Safety
+/// The edges' norms and bounds handed over by a barrier; the tile's rows are rows of
+/// `target`.
+#[inline(always)]
+unsafe fn keep_within_bounds(
+    metric: Metric,
+    part: WarpPart,
+    sums: &mut Sums,
+    edges: Edges,
+    target: &FilterTarget,
+    (query_start, query_count): (u64, u64),
+    (base_start, base_count): (u64, u64),
+) {
+    let base_norm = unsafe { edges.base_norms(part) };
+    let mut columns_in = 0u32;
+    unroll!([0 1 2 3] n => {
+        unroll!([0 1] j => {
+            if part.column_of(n) + (j as u64) < base_count {
+                columns_in |= 1 << (2 * n + j);
+            }
+        });
+    });
+    let mut kept = 0u64;
+    macro_rules! within_bounds {
+        ($metric:expr) => {
+            unroll!([0 1 2 3] m => {
+                unroll!([0 1] half => {
+                    let row = part.row_of(m, half);
+                    if row < query_count {
+                        let query_norm = unsafe { edges.row_norms.load(row as usize) };
+                        let bound = unsafe { edges.row_bounds.load(row as usize) };
+                        unroll!([0 1 2 3] n => {
+                            unroll!([0 1] j => {
+                                let value = &mut sums[m][n][2 * half + j];
+                                *value = tile_distance($metric, *value, query_norm, base_norm[n][j]);
+                                let within = (*value <= bound) as u64 & (columns_in >> (2 * n + j) & 1) as u64;
+                                kept |= within << (16 * m + 8 * half + 2 * n + j);
+                            });
+                        });
+                    }
+                });
+            })
+        };
+    }
+    match metric {
+        Metric::L2 => within_bounds!(Metric::L2),
+        Metric::InnerProduct => within_bounds!(Metric::InnerProduct),
+        Metric::Cosine => within_bounds!(Metric::Cosine),
+    }
+    while kept != 0 {
+        let bit = kept.trailing_zeros() as usize;
+        kept &= kept - 1;
+        let mut distance = 0.0f32;
+        unroll!([0 1 2 3] m => {
+            unroll!([0 1 2 3] n => {
+                unroll!([0 1 2 3] e => {
+                    if bit == 16 * m + 8 * (e / 2) + 2 * n + e % 2 {
+                        distance = sums[m][n][e];
+                    }
+                });
+            });
+        });
+        let (m, half, n, j) = (bit / 16, bit / 8 % 2, bit / 2 % 4, bit % 2);
+        let row = part.row_of(m, half);
+        unsafe {
+            target.keep(query_start + row, distance.to_ordered(), base_start + part.column_of(n) + j as u64)
+        };
+    }
+}
+
+/// The product of the TF32 kernels of one tile a block (16-bit vectors, split TF32); the
+/// epilogue writes the tile or, `FILTER`, keeps candidates.
+///
+/// # Safety
+/// As [`distance_tile_tf32`] or [`distance_filter_tf32`].
 #[inline(always)]
 unsafe fn tf32_product<S: Component, const SPLIT: bool, const FILTER: bool>(
     params: DistanceTileParams<S>,
@@ -331,10 +673,7 @@ unsafe fn tf32_product<S: Component, const SPLIT: bool, const FILTER: bool>(
 ) {
     let metric = Metric::from_raw(params.metric);
     let thread = device::thread_idx_x() as usize;
-    let (warp, lane) = (thread / 32, thread % 32);
-    let (g, t) = (lane / 4, lane % 4);
-    let warp_row = (warp / (TILE as usize / WARP_COLUMNS)) * WARP_ROWS;
-    let warp_column = (warp % (TILE as usize / WARP_COLUMNS)) * WARP_COLUMNS;
+    let part = WarpPart::of(thread);
     // The grid's own order (base tiles fastest): taking all query tiles of a base tile
     // together, as the f32 tile does (`tile_origin`), measured 5 % slower here (run 178).
     let query_start = device::block_idx_y() as u64 * TILE;
@@ -348,14 +687,10 @@ unsafe fn tf32_product<S: Component, const SPLIT: bool, const FILTER: bool>(
     let fours = |region: SharedRegion<u32>| unsafe { region.cast::<Tf32Four>().bind() };
     let (query_words, base_words) = (fours(layout.queries), fours(layout.base));
     let (query_lows, base_lows) = (fours(layout.queries_low), fours(layout.base_low));
-    // Both sets' stages are vector-major: chunk `c` (components 4c … 4c + 3 of the step) of
-    // vector `v` is 16-byte word `v · CHUNKS + c` of its stage.
-    let stage_at = |stage: usize, vector: usize, chunk: usize| stage * STAGE_FOURS + vector * CHUNKS + chunk;
 
     // This thread stages chunk `staged_chunk` of vectors `staged_vector` and `staged_vector +
-    // 64` of both sets: a quarter of a warp writes 64 contiguous bytes of each stage.
+    // 64` of both sets.
     let (staged_vector, staged_chunk) = ((thread / CHUNKS) as u64, thread % CHUNKS);
-    const SECOND: u64 = (DISTANCE_THREADS as usize / CHUNKS) as u64;
     let staged = [staged_vector, staged_vector + SECOND];
     // 16-byte loads and copies where every vector of both sets starts on 16 bytes.
     let vectors_aligned = size_of::<S>() == 4
@@ -393,11 +728,17 @@ unsafe fn tf32_product<S: Component, const SPLIT: bool, const FILTER: bool>(
     // The filter's rows and columns, read once while the first stages load: each row's
     // squared norm and bound widened by its margin, each column's squared norm.
     let needs_norms = metric != Metric::InnerProduct;
-    let layout_edges =
-        unsafe { (layout.row_norms.bind(), layout.row_bounds.bind(), layout.column_norms.bind()) };
-    let read_edges = || {
+    let edges = unsafe {
+        Edges {
+            row_norms: layout.row_norms.bind(),
+            row_bounds: layout.row_bounds.bind(),
+            column_norms: layout.column_norms.bind(),
+            columns_from: 0,
+        }
+    };
+    // (A `move` closure: borrowing `edges` put it on a stack frame.)
+    let read_edges = move || {
         if FILTER {
-            let (row_norms, row_bounds, column_norms) = &layout_edges;
             let edge = thread % TILE as usize;
             if thread < TILE as usize {
                 let (mut norm, mut bound) = (0.0, f32::NAN);
@@ -406,74 +747,33 @@ unsafe fn tf32_product<S: Component, const SPLIT: bool, const FILTER: bool>(
                     norm = unsafe { params.query_norms.read(query) };
                     bound = margin.widen(unsafe { target.bounds.read(query) }, norm, 1.0);
                 }
-                unsafe { (row_norms.store(edge, norm), row_bounds.store(edge, bound)) };
+                unsafe { (edges.row_norms.store(edge, norm), edges.row_bounds.store(edge, bound)) };
             } else {
                 let mut norm = 0.0;
                 if needs_norms && (edge as u64) < base_count {
                     norm = unsafe { params.base_norms.read(base_start + edge as u64) };
                 }
-                unsafe { column_norms.store(edge, norm) };
+                unsafe { edges.column_norms.store(edge, norm) };
             }
         }
     };
 
-    // One step's products from stage `stage`: B's components for the warp's columns (both
-    // `mma` depths in one load), then a row tile at a time A's rows g and g + 8 (both depths
-    // in two loads), each product into its accumulator (an accumulator's two products 16
-    // apart): with SPLIT the small terms first (lo·hi, hi·lo), then hi·hi.
-    let mut sums = [[[0.0f32; 4]; N_TILES]; M_TILES];
-    let mut multiply = |stage: usize| {
-        let mut b = [Tf32Four::default(); N_TILES];
-        let mut b_low = [Tf32Four::default(); N_TILES];
-        for n in 0..N_TILES {
-            let at = stage_at(stage, warp_column + n * 8 + g, t);
-            b[n] = unsafe { base_words.load(at) };
-            if SPLIT {
-                b_low[n] = unsafe { base_lows.load(at) };
-            }
-        }
-        for m in 0..M_TILES {
-            let rows = [warp_row + m * 16 + g, warp_row + m * 16 + g + 8].map(|row| stage_at(stage, row, t));
-            let x = rows.map(|at| unsafe { query_words.load(at) }.0);
-            let x_low = if SPLIT { rows.map(|at| unsafe { query_lows.load(at) }.0) } else { [[0; 4]; 2] };
-            for depth in 0..2 {
-                let (k0, k1) = (2 * depth, 2 * depth + 1);
-                // Lane (g, t)'s A fragment: rows g and g + 8 at k = t (component 4t + 2·depth)
-                // and k = t + 4 (the next component).
-                let a = [x[0][k0], x[1][k0], x[0][k1], x[1][k1]];
-                if SPLIT {
-                    let a_low = [x_low[0][k0], x_low[1][k0], x_low[0][k1], x_low[1][k1]];
-                    for n in 0..N_TILES {
-                        let (bn, bn_low) = ([b[n].0[k0], b[n].0[k1]], [b_low[n].0[k0], b_low[n].0[k1]]);
-                        sums[m][n] = unsafe { device::mma_tf32_m16n8k8(a_low, bn, sums[m][n]) };
-                        sums[m][n] = unsafe { device::mma_tf32_m16n8k8(a, bn_low, sums[m][n]) };
-                    }
-                }
-                for n in 0..N_TILES {
-                    sums[m][n] = unsafe { device::mma_tf32_m16n8k8(a, [b[n].0[k0], b[n].0[k1]], sums[m][n]) };
-                }
-            }
-        }
-    };
+    let mut sums: Sums = Default::default();
+    let sets_of = |stage: usize| ((query_words, query_lows), (base_words, base_lows), (stage, stage));
 
     // The written tile's norms, copied asynchronously as their own group before the stages'
     // (their reads in the epilogue waited on memory: 11 % of the tile's stall samples, H200
     // run 370): zeros past the tile's vectors, and under the inner product. (Straight-line
     // code: as a closure beside the others it put their captures on a stack frame.)
     if !FILTER {
-        let (row_norms, _, column_norms) = layout_edges;
         let edge = thread % TILE as usize;
-        let (norms, start, count, region) = if thread < TILE as usize {
-            (params.query_norms, query_start, query_count, row_norms)
-        } else {
-            (params.base_norms, base_start, base_count, column_norms)
-        };
         unsafe {
-            if needs_norms {
-                let destination = region.address(edge) as *mut u32;
-                copy_word(destination, norms.offset(start), (1, count), edge as u64, 0, 1);
+            if thread < TILE as usize {
+                let rows = (params.query_norms.offset(query_start), query_count);
+                copy_norm(edges.row_norms, edge, rows, edge as u64, needs_norms);
             } else {
-                region.store(edge, 0.0);
+                let columns = (params.base_norms.offset(base_start), base_count);
+                copy_norm(edges.column_norms, edge, columns, edge as u64, needs_norms);
             }
             device::copy_async_commit();
         }
@@ -481,11 +781,10 @@ unsafe fn tf32_product<S: Component, const SPLIT: bool, const FILTER: bool>(
 
     let steps = params.dim.div_ceil(TENSOR_DEPTH as u64);
     if size_of::<S>() == 4 {
-        // `f32` vectors: the stages copied asynchronously, `stages − 1` steps ahead of the
-        // products (register prefetch one step ahead left the loads' latency exposed: one
-        // step's 32 `mma` a warp are shorter, H200 run 349). Each thread copies its chunks
-        // as they are, waits for them, and rounds them to TF32 in place before the barrier
-        // that hands them to the warps: the same TF32 inputs, the same products, as before.
+        // `f32` vectors (split): the stages copied asynchronously, `stages − 1` steps ahead
+        // of the products, as in `walk`. Each thread copies its chunks as they are,
+        // waits for them, and splits them into TF32 values and remainders in place before
+        // the barrier that hands them to the warps.
         let stages = Tf32TileLayout::stages(SPLIT);
         let copy = |step: u64| unsafe {
             if step < steps {
@@ -533,7 +832,8 @@ unsafe fn tf32_product<S: Component, const SPLIT: bool, const FILTER: bool>(
             }
             // Stage `step + stages − 1`'s slot held step − 1's, which every warp is done with.
             copy(step + stages as u64 - 1);
-            multiply(stage);
+            let (queries, base, stages) = sets_of(stage);
+            unsafe { multiply::<SPLIT>(queries, base, stages, part, &mut sums) };
         }
     } else {
         // 16-bit vectors, widened as they are loaded: the next step's chunks in registers
@@ -559,7 +859,8 @@ unsafe fn tf32_product<S: Component, const SPLIT: bool, const FILTER: bool>(
         for step in 0..steps {
             let stage = (step % 2) as usize;
             let next = if step + 1 < steps { Some(stage_load(step + 1)) } else { None };
-            multiply(stage);
+            let (queries, base, stages) = sets_of(stage);
+            unsafe { multiply::<SPLIT>(queries, base, stages, part, &mut sums) };
             if let Some(loaded) = next {
                 stage_store(1 - stage, loaded);
             }
@@ -567,115 +868,175 @@ unsafe fn tf32_product<S: Component, const SPLIT: bool, const FILTER: bool>(
         }
     }
 
-    // The epilogue: lane (g, t) holds rows g and g + 8, columns 2t and 2t + 1 of each product.
-    let column_of = |n: usize| (warp_column + n * 8 + 2 * t) as u64;
-    if FILTER {
-        let (row_norms, row_bounds, column_norms) = &layout_edges;
-        let mut base_norm = [[0.0f32; 2]; N_TILES];
-        unroll!([0 1 2 3] n => {
-            unroll!([0 1] j => {
-                base_norm[n][j] = unsafe { column_norms.load(column_of(n) as usize + j) };
-            });
-        });
-        // As the f32 filter's epilogue (`super::tile`): each pair's distance and whether it
-        // is within its query's widened bound, branch-free and once per metric, as bits
-        // (row part `2m + half`, column part `2n + j`); then the kept ones appended by a
-        // loop over their bits, each distance picked from the registers by constant indices.
-        let mut columns_in = 0u32;
-        unroll!([0 1 2 3] n => {
-            unroll!([0 1] j => {
-                if column_of(n) + (j as u64) < base_count {
-                    columns_in |= 1 << (2 * n + j);
-                }
-            });
-        });
-        let mut kept = 0u64;
-        macro_rules! within_bounds {
-            ($metric:expr) => {
-                unroll!([0 1 2 3] m => {
-                    unroll!([0 1] half => {
-                        let row = (warp_row + m * 16 + g + 8 * half) as u64;
-                        if row < query_count {
-                            let query_norm = unsafe { row_norms.load(row as usize) };
-                            let bound = unsafe { row_bounds.load(row as usize) };
-                            unroll!([0 1 2 3] n => {
-                                unroll!([0 1] j => {
-                                    let value = &mut sums[m][n][2 * half + j];
-                                    *value = tile_distance($metric, *value, query_norm, base_norm[n][j]);
-                                    let within = (*value <= bound) as u64 & (columns_in >> (2 * n + j) & 1) as u64;
-                                    kept |= within << (16 * m + 8 * half + 2 * n + j);
-                                });
-                            });
-                        }
-                    });
-                })
-            };
+    unsafe {
+        if FILTER {
+            let tile = ((query_start, query_count), (base_start, base_count));
+            keep_within_bounds(metric, part, &mut sums, edges, &target, tile.0, tile.1);
+        } else {
+            let out = (params.out.offset(base_start), params.out_stride);
+            write_tile(metric, part, &sums, edges, out, (query_start, query_count), base_count);
         }
-        match metric {
-            Metric::L2 => within_bounds!(Metric::L2),
-            Metric::InnerProduct => within_bounds!(Metric::InnerProduct),
-            Metric::Cosine => within_bounds!(Metric::Cosine),
+    }
+}
+
+/// The `f32` TF32 filter: vectors of up to [`RESIDENT_STEPS`] steps walk ([`walk`]),
+/// longer ones take one tile a block ([`tile`](super::tile)'s grid), as the other TF32
+/// kernels.
+///
+/// # Safety
+/// As [`distance_filter_tf32`]; for vectors of up to [`RESIDENT_STEPS`] steps as [`walk`],
+/// else with [`Tf32TileLayout::new`]`(false, true).bytes` of shared memory.
+#[inline(always)]
+unsafe fn filter_tf32_f32(params: Tf32FilterParams<f32>) {
+    unsafe {
+        if walks(params.filter.tile.dim) {
+            walk(params)
+        } else {
+            tf32_product::<f32, false, true>(params.filter.tile, params.filter.target, params.margin)
         }
-        while kept != 0 {
-            let bit = kept.trailing_zeros() as usize;
-            kept &= kept - 1;
-            let mut distance = 0.0f32;
-            unroll!([0 1 2 3] m => {
-                unroll!([0 1 2 3] n => {
-                    unroll!([0 1 2 3] e => {
-                        if bit == 16 * m + 8 * (e / 2) + 2 * n + e % 2 {
-                            distance = sums[m][n][e];
-                        }
-                    });
-                });
-            });
-            let (m, half, n, j) = (bit / 16, bit / 8 % 2, bit / 2 % 4, bit % 2);
-            let row = (warp_row + m * 16 + g + 8 * half) as u64;
-            unsafe {
-                target.keep(query_start + row, distance.to_ordered(), base_start + column_of(n) + j as u64)
-            };
-        }
+    }
+}
+
+/// Whether the `f32` TF32 filter walks base tiles for vectors of `dim` components (its
+/// queries then fit shared memory for the whole walk), launched on [`walk_grid`]'s grid
+/// with [`Tf32TileLayout::walking`]'s shared memory.
+pub const fn walks(dim: u64) -> bool {
+    dim <= (RESIDENT_STEPS * TENSOR_DEPTH) as u64
+}
+
+/// The walk of the `f32` TF32 filter: each block takes query tile `blockIdx.y` and walks
+/// base tiles `blockIdx.x`, `+ gridDim.x`, … ([`walk_grid`]), keeping each tile's pairs
+/// within their queries' widened bounds. Its queries stay in shared memory for the whole
+/// walk (copied and rounded to TF32 once: only the base is copied a step), and its copies
+/// run on across tile boundaries: the next tile's first steps land while this one's
+/// epilogue runs, and a block pays its first copies' latency once. Each base tile's column
+/// norms are copied with its first step into one of `STAGES` buffers (so that a buffer is
+/// rewritten only after every warp has passed the epilogue that read it, however few steps
+/// a tile has). (The written tile walked alike was slower, H200 run 375: it keeps one tile a
+/// block.)
+///
+/// # Safety
+/// As [`distance_filter_tf32`], with [`Tf32TileLayout::walking`]`().bytes` of shared memory,
+/// any `gridDim.x`, vectors of up to [`RESIDENT_STEPS`] steps, and a block's tiles times the
+/// steps below 2^32 (a base in device memory).
+#[inline(always)]
+unsafe fn walk(filter: Tf32FilterParams<f32>) {
+    let (params, target, margin) = (filter.filter.tile, filter.filter.target, filter.margin);
+    let metric = Metric::from_raw(params.metric);
+    let thread = device::thread_idx_x() as usize;
+    let part = WarpPart::of(thread);
+    let query_start = device::block_idx_y() as u64 * TILE;
+    let queries = params.queries.offset(query_start * params.query_stride);
+    let query_count = params.query_count - query_start.min(params.query_count);
+    let (first_tile, tile_stride) = (device::block_idx_x(), device::grid_dim_x());
+    let base_tiles = params.base_count.div_ceil(TILE);
+    if first_tile as u64 >= base_tiles {
         return;
     }
-    // The norms as copied at the block's start.
-    let (row_norms, _, column_norms) = layout_edges;
-    let mut base_norm = [[0.0f32; 2]; N_TILES];
-    for n in 0..N_TILES {
-        for j in 0..2 {
-            base_norm[n][j] = unsafe { column_norms.load(column_of(n) as usize + j) };
-        }
-    }
-    let out = params.out.offset(base_start);
-    // (As the f32 tile writes its fours, spelled out in each: one store helper for both made
-    // the f32 tile 24 % slower, H200 run 200.)
-    let whole_pairs = out.address().is_multiple_of(8) && params.out_stride.is_multiple_of(2);
-    for m in 0..M_TILES {
-        for half in 0..2 {
-            let row = (warp_row + m * 16 + g + 8 * half) as u64;
-            if row >= query_count {
-                continue;
+    // The walk's steps, counted from 0: step `q` is step `q % steps` of the block's tile
+    // `q / steps`, in stage `q % STAGES` (32-bit: the caller's bound; at least one step, so
+    // that no division has a panic path).
+    let steps = (params.dim.div_ceil(TENSOR_DEPTH as u64) as u32).max(1);
+    let tiles = (base_tiles - first_tile as u64).div_ceil(tile_stride as u64) as u32;
+    let walk_steps = tiles * steps;
+    let tile_start = |tile: u32| (first_tile + tile * tile_stride) as u64 * TILE;
+
+    let layout = Tf32TileLayout::walking();
+    let fours = |region: SharedRegion<u32>| unsafe { region.cast::<Tf32Four>().bind() };
+    let (query_words, base_words) = (fours(layout.queries), fours(layout.base));
+    let no_lows = fours(layout.queries_low);
+    let (row_norms, row_bounds, column_norms) =
+        unsafe { (layout.row_norms.bind(), layout.row_bounds.bind(), layout.column_norms.bind()) };
+    let (staged_vector, staged_chunk) = ((thread / CHUNKS) as u64, thread % CHUNKS);
+    let staged = [staged_vector, staged_vector + SECOND];
+    // 16-byte copies where every vector of both sets starts on 16 bytes.
+    let vectors_aligned = queries.address().is_multiple_of(16)
+        && params.base.address().is_multiple_of(16)
+        && params.query_stride.is_multiple_of(4)
+        && params.base_stride.is_multiple_of(4);
+    let first_of = |step: u32| step as u64 * TENSOR_DEPTH as u64 + (staged_chunk * 4) as u64;
+    let needs_norms = metric != Metric::InnerProduct;
+
+    // The copies of step `q` of the walk: the base tile's chunks, with its first step the
+    // tile's column norms; one group, empty past the walk's end.
+    let copy = |q: u32| unsafe {
+        if q < walk_steps {
+            let (tile, step, stage) = (q / steps, q % steps, q as usize % STAGES);
+            let base_start = tile_start(tile);
+            let base = params.base.offset(base_start * params.base_stride);
+            let base_count = params.base_count - base_start;
+            unroll!([0 1] i => {
+                let destination = base_words.address(stage_at(stage, staged[i] as usize, staged_chunk));
+                let set = (params.base_stride, base_count, params.dim);
+                copy_chunk(destination as *mut u32, base, set, staged[i], first_of(step), vectors_aligned);
+            });
+            if step == 0 && thread >= TILE as usize {
+                let edge = thread - TILE as usize;
+                let at = tile as usize % STAGES * TILE as usize + edge;
+                let columns = (params.base_norms.offset(base_start), base_count);
+                copy_norm(column_norms, at, columns, edge as u64, needs_norms);
             }
-            let query = query_start + row;
-            let query_norm = unsafe { row_norms.load(row as usize) };
-            for n in 0..N_TILES {
-                let mut distances = Two::default();
-                for j in 0..2 {
-                    distances.0[j] =
-                        tile_distance(metric, sums[m][n][2 * half + j], query_norm, base_norm[n][j]);
-                }
-                let column = column_of(n);
-                let at = query * params.out_stride + column;
-                if whole_pairs && column + 2 <= base_count {
-                    unsafe { (out.offset(at).as_ptr() as *mut Two).write(distances) };
-                } else {
-                    for j in 0..2 {
-                        if column + (j as u64) < base_count {
-                            unsafe { out.write(at + j as u64, distances.0[j]) };
-                        }
+        }
+        device::copy_async_commit();
+    };
+
+    // The rows, once: each query's squared norm and its bound widened by its margin (read
+    // while the first copies land).
+    if thread < TILE as usize {
+        let (mut norm, mut bound) = (0.0, f32::NAN);
+        if (thread as u64) < query_count {
+            let query = query_start + thread as u64;
+            norm = unsafe { params.query_norms.read(query) };
+            bound = margin.widen(unsafe { target.bounds.read(query) }, norm, 1.0);
+        }
+        unsafe { (row_norms.store(thread, norm), row_bounds.store(thread, bound)) };
+    }
+    // The queries, every step into a stage of its own, as a group before the base's.
+    for step in 0..steps {
+        unroll!([0 1] i => {
+            let destination = unsafe { query_words.address(stage_at(step as usize, staged[i] as usize, staged_chunk)) };
+            let set = (params.query_stride, query_count, params.dim);
+            unsafe { copy_chunk(destination as *mut u32, queries, set, staged[i], first_of(step), vectors_aligned) };
+        });
+    }
+    unsafe { device::copy_async_commit() };
+    for q in 0..STAGES as u32 - 1 {
+        copy(q);
+    }
+
+    let mut sums: Sums = Default::default();
+    let mut q = 0;
+    for tile in 0..tiles {
+        for step in 0..steps {
+            let stage = q as usize % STAGES;
+            unsafe {
+                // This step's copies (and the queries) have landed: each thread rounds its own
+                // to TF32 in place, before the barrier that hands them to the warps.
+                device::copy_async_wait::<{ STAGES as u32 - 2 }>();
+                round_own(base_words, stage, staged, staged_chunk);
+                if q == 0 {
+                    for query_step in 0..steps as usize {
+                        round_own(query_words, query_step, staged, staged_chunk);
                     }
                 }
+                device::sync_threads();
             }
+            // Its stage held the step before this one's, which every warp is done with.
+            copy(q + STAGES as u32 - 1);
+            let (queries, base) = ((query_words, no_lows), (base_words, no_lows));
+            unsafe { multiply::<false>(queries, base, (step as usize, stage), part, &mut sums) };
+            q += 1;
         }
+        // (The rows through `opaque_u64`: LLVM would hoist each row's index out of the walk
+        // and hold the eight in registers across it.)
+        let (base_start, rows) = (tile_start(tile), (device::opaque_u64(query_start), query_count));
+        let base_count = params.base_count - base_start;
+        let columns_from = tile as usize % STAGES * TILE as usize;
+        let edges = Edges { row_norms, row_bounds, column_norms, columns_from };
+        unsafe {
+            keep_within_bounds(metric, part, &mut sums, edges, &target, rows, (base_start, base_count))
+        };
+        sums = Default::default();
     }
 }
 
@@ -711,14 +1072,17 @@ pub unsafe fn distance_tile_tf32x3_f32(params: DistanceTileParams<f32>) {
     unsafe { distance_tile_tf32::<_, true>(params) }
 }
 
-/// [`distance_filter_tf32`] of `f32` vectors.
+/// [`distance_filter_tf32`] of `f32` vectors: each block walks base tiles where [`walks`]
+/// says so (`filter_tf32_f32`).
 ///
 /// # Safety
-/// As [`distance_filter_tf32`].
+/// As `filter_tf32_f32`: where [`walks`], with [`Tf32TileLayout::walking`]`().bytes` of
+/// shared memory and a grid of any width ([`walk_grid`]'s); else as
+/// [`distance_filter_tf32`].
 // Inlined into its entry, as the f32 filter's.
 #[inline(always)]
 pub unsafe fn distance_filter_tf32_f32(params: Tf32FilterParams<f32>) {
-    unsafe { distance_filter_tf32(params) }
+    unsafe { filter_tf32_f32(params) }
 }
 
 /// [`distance_filter_tf32`] of binary16 vectors.

@@ -43,6 +43,7 @@ use gpu_select_kernels::knn::norms::{NORMS_THREADS, NormsParams};
 use gpu_select_kernels::knn::place::{KEEP_ALL, PLACE_THREADS, PlaceParams};
 use gpu_select_kernels::knn::tensor::{
     Margin, RERANK_THREADS, RerankCandidatesParams, RerankParams, Tf32FilterParams, Tf32TileLayout,
+    walk_grid, walks,
 };
 use gpu_select_kernels::knn::tile::{
     DISTANCE_THREADS, DistanceFilterParams, DistanceLayout, DistanceTileParams, FilterTarget, distance_grid,
@@ -104,6 +105,10 @@ pub trait KnnStorage: DeviceValue {
     const FILTER_TF32: KernelId<Tf32FilterParams<Self::Stored>>;
     /// The TF32 filter's candidates that can be among the nearest, with their exact keys.
     const RERANK_CANDIDATES: KernelId<RerankCandidatesParams<Self::Stored>>;
+    /// Whether `FILTER_TF32` walks base tiles where [`walks`] says so (`f32` vectors: each
+    /// block a query tile and every `width`-th base tile, [`walk_grid`], with
+    /// [`Tf32TileLayout::walking`]'s shared memory), not one tile a block.
+    const TF32_FILTER_WALKS: bool;
 }
 
 impl KnnStorage for f32 {
@@ -117,6 +122,7 @@ impl KnnStorage for f32 {
     const RERANK: KernelId<RerankParams<f32>> = KNN_RERANK_F32;
     const FILTER_TF32: KernelId<Tf32FilterParams<f32>> = KNN_DISTANCE_FILTER_TF32_F32;
     const RERANK_CANDIDATES: KernelId<RerankCandidatesParams<f32>> = KNN_RERANK_CANDIDATES_F32;
+    const TF32_FILTER_WALKS: bool = true;
 }
 
 impl KnnStorage for half::f16 {
@@ -130,6 +136,7 @@ impl KnnStorage for half::f16 {
     const RERANK: KernelId<RerankParams<F16Bits>> = KNN_RERANK_F16;
     const FILTER_TF32: KernelId<Tf32FilterParams<F16Bits>> = KNN_DISTANCE_FILTER_TF32_F16;
     const RERANK_CANDIDATES: KernelId<RerankCandidatesParams<F16Bits>> = KNN_RERANK_CANDIDATES_F16;
+    const TF32_FILTER_WALKS: bool = false;
 }
 
 impl KnnStorage for half::bf16 {
@@ -143,6 +150,7 @@ impl KnnStorage for half::bf16 {
     const RERANK: KernelId<RerankParams<Bf16Bits>> = KNN_RERANK_BF16;
     const FILTER_TF32: KernelId<Tf32FilterParams<Bf16Bits>> = KNN_DISTANCE_FILTER_TF32_BF16;
     const RERANK_CANDIDATES: KernelId<RerankCandidatesParams<Bf16Bits>> = KNN_RERANK_CANDIDATES_BF16;
+    const TF32_FILTER_WALKS: bool = false;
 }
 
 /// How a search computes its distances.
@@ -987,7 +995,7 @@ impl Gpu {
             let shape = LaunchShape { shared_bytes: DistanceLayout::new().bytes, ..tile.0 };
             self.launch(T::FILTER, shape, product)?;
         } else {
-            let shape = LaunchShape { shared_bytes: Tf32TileLayout::new(false, true).bytes, ..tile.0 };
+            let shape = self.tf32_filter_shape::<T>(tile.0, (count, base.count, dim));
             self.launch(T::FILTER_TF32, shape, Tf32FilterParams { filter: product, margin })?;
         }
         // The `kept` smallest keys of each row: by distance, then by index.
@@ -1216,6 +1224,27 @@ impl Gpu {
             }
         };
         self.launch(kernel, LaunchShape { shared_bytes, ..shape }, params)
+    }
+
+    /// The launch of the TF32 filter over `query_count × base_count` distances of `dim`
+    /// components, from the tile's grid `tile`: where it walks base tiles
+    /// (`T::TF32_FILTER_WALKS`, [`walks`]), the walk's grid on as many blocks as the device
+    /// holds at once; else one tile a block.
+    fn tf32_filter_shape<T: KnnStorage>(
+        &self,
+        tile: LaunchShape,
+        (query_count, base_count, dim): (usize, usize, usize),
+    ) -> LaunchShape {
+        if !(T::TF32_FILTER_WALKS && walks(dim as u64)) {
+            return LaunchShape { shared_bytes: Tf32TileLayout::new(false, true).bytes, ..tile };
+        }
+        let shared_bytes = Tf32TileLayout::walking().bytes;
+        // Two blocks a multiprocessor at most (their registers), fewer where shared memory
+        // holds fewer (each block also takes 1 KB the system reserves).
+        let per_sm = (self.limits().max_shared_bytes_per_block / (shared_bytes + 1024)).clamp(1, 2);
+        let slots = self.limits().multiprocessors as u64 * per_sm as u64;
+        let (width, _) = walk_grid(query_count as u64, base_count as u64, slots);
+        LaunchShape { grid: (width as u32, tile.grid.1), shared_bytes, ..tile }
     }
 
     /// The grid (shared memory left to the kernel) and the parameters of a distance tile of

@@ -220,6 +220,9 @@ pub unsafe fn shared_atomic_cas_u32(address: *mut u32, expected: u32, new: u32) 
     }
 }
 
+pub fn opaque_u64(value: u64) -> u64 {
+    std::hint::black_box(value)
+}
 pub fn compiler_barrier() {
     std::sync::atomic::compiler_fence(Ordering::SeqCst);
 }
