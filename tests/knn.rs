@@ -1032,4 +1032,26 @@ fn the_tf32_filtered_search_equals_the_f32_search_bit_for_bit() {
             }
         }
     }
+    // Large k (the TF32 filter is planned up to the queues' 2048): a base large enough to
+    // filter there, on a GPU only (the emulator's would take minutes).
+    if !on_emulator(&gpu) {
+        let (queries_count, base_count, dim) = (100, 200_000, 24);
+        let (queries, base, _) = filter_cases(&mut rng, queries_count, base_count, dim);
+        let (q, b) = (gpu.upload(&queries).unwrap(), gpu.upload(&base).unwrap());
+        let query_set = || Vectors::new(&q, queries_count, dim).unwrap();
+        let vectors = || Vectors::new(&b, base_count, dim).unwrap();
+        for k in [1000, 2048] {
+            let exact = gpu.flat_index(vectors(), Metric::L2).unwrap();
+            let tf32 = gpu
+                .flat_index(vectors(), Metric::L2)
+                .unwrap()
+                .with_precision(KnnPrecision::Tf32Reranked)
+                .unwrap();
+            let what = format!("L2 k={k} of {base_count}");
+            assert!(tf32.plan_search(queries_count, k).unwrap().filters(), "{what}");
+            let found = download(&gpu, &tf32.search(query_set(), k).unwrap());
+            let whole = download(&gpu, &exact.search(query_set(), k).unwrap());
+            assert_same_bits(&found, &whole, &what);
+        }
+    }
 }

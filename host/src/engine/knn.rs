@@ -28,8 +28,8 @@
 //! `A + 2 · margin` (which hold the `k` nearest) get their exact distances' keys
 //! (`knn_rerank_candidates_<storage>`), the others the largest key, and one more rows top-k
 //! keeps the `k` best: the `f32` search's results bit for bit. A query whose row overflows,
-//! or whose `A` or margin is not finite, is searched again in `f32`. Beyond
-//! `TF32_FILTER_MOST_KEPT` neighbours a TF32 search runs the `f32` filter, the faster there.
+//! or whose `A` or margin is not finite, is searched again in `f32`. Since the TF32 filter
+//! walks base tiles (H200 run 379) it is the faster at every `k` the filter takes.
 
 use gpu_select_kernels::entry::{
     KNN_DISTANCE_FILTER_BF16, KNN_DISTANCE_FILTER_F16, KNN_DISTANCE_FILTER_F32,
@@ -69,12 +69,6 @@ const MAX_KNN_STREAMS: usize = 8;
 /// How many times longer a TF32 filter's rows are than the f32 filter's: room for the
 /// pairs its margin adds.
 const TF32_FILTER_ROOM: usize = 2;
-/// Neighbours kept per query beyond which a TF32 search runs the f32 filter instead (the
-/// same results): the TF32 filter keeps the pairs within a wider bound and selects twice, and
-/// its appends grow with `k` past what the tensor cores save. H200 run 351, SIFT1M's shape,
-/// 10^4 queries: TF32 46.7 / 52.2 / 64.2 / 94.0 ms at k = 100 / 300 / 500 / 1000, the f32
-/// filter 78.3 / 80.9 / 82.9 / 87.7 (even near k = 870).
-const TF32_FILTER_MOST_KEPT: usize = 768;
 /// Queries per tile the planner starts from: enough for the product to
 /// fill the GPU (blocks of 128 × 128 distances), few enough that a column tile of a large base
 /// stays long.
@@ -173,8 +167,9 @@ pub enum KnnPrecision {
     /// within the probe's exact bound widened by the error bound, the candidates that can
     /// still be among the `k` nearest get their exact distances, and the result is the `F32`
     /// search's bit for bit, ties included (a query whose candidates overflow is searched
-    /// again in `f32`). Beyond `k = 768` a filtered search runs the `f32` filter itself, the
-    /// faster there (H200, SIFT1M's shape: 87.7 against 94.0 ms at `k = 1000`).
+    /// again in `f32`); at every `k` the filter takes it is the faster (H200, SIFT1M's shape,
+    /// run 379: 65.2 against the `f32` filter's 87.5 ms at `k = 1000`, 76.0 against 92.4 at
+    /// `k = 2000`).
     Tf32Reranked,
     /// As `Tf32Reranked` with split TF32 ("3xTF32"): each `f32` value as a TF32 `hi` and the
     /// TF32 of its remainder `lo`, and three tensor-core products per pair (`lo·hi + hi·lo +
@@ -590,13 +585,6 @@ impl Gpu {
         let kept = k + usize::from(drop_own);
         let may_filter = may_filter && self.tuning().knn_filter;
         let f32_filter = may_filter.then(|| KnnFilter::plan(base, kept)).flatten();
-        // Beyond TF32_FILTER_MOST_KEPT a TF32 search runs the f32 filter (the same results).
-        let precision = match precision {
-            KnnPrecision::Tf32Reranked if f32_filter.is_some() && kept > TF32_FILTER_MOST_KEPT => {
-                KnnPrecision::F32
-            }
-            other => other,
-        };
         // TF32 filtered: the f32 filter's probe, rows twice as long for the pairs within the
         // margin (module docs); its re-ranking sorts nothing.
         let tf32_filter = f32_filter
@@ -1375,16 +1363,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_tf32_search_keeping_many_runs_the_f32_filter() {
+    fn a_tf32_search_runs_the_tf32_filter_at_every_k_the_filter_takes() {
+        // The TF32 filter is the faster up to the queues' 2048 (H200 run 379); beyond, no
+        // search is filtered.
         let gpu = Gpu::emulator();
         let plan = |k| {
             gpu.plan_knn(1000, 1_000_000, k, Metric::L2, false, KnnPrecision::Tf32Reranked, true).unwrap()
         };
-        for (k, precision) in
-            [(100, KnnPrecision::Tf32Reranked), (768, KnnPrecision::Tf32Reranked), (769, KnnPrecision::F32)]
-        {
-            assert_eq!((plan(k).precision, plan(k).filters()), (precision, true), "k = {k}");
+        for k in [1, 100, 768, 769, 1000, MAX_QUEUE_K as usize] {
+            assert_eq!((plan(k).precision, plan(k).filters()), (KnnPrecision::Tf32Reranked, true), "k = {k}");
         }
+        assert!(!plan(MAX_QUEUE_K as usize + 1).filters());
         // Unfiltered (a graph's plan, or the filter off), TF32 keeps its tiles and proof.
         let graph = gpu
             .plan_knn(1000, 1_000_000, 1000, Metric::L2, false, KnnPrecision::Tf32Reranked, false)
