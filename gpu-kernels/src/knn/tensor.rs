@@ -272,6 +272,26 @@ unsafe fn copy_norm(
     }
 }
 
+/// Row `row` of a filter's query tile (of `query_count` queries from `query_start`): its
+/// query's squared norm and bound widened by its margin; 0 and NaN (nothing kept) past the
+/// queries.
+///
+/// # Safety
+/// The queries' norms and bounds named inside `query_norms` and the target's bounds.
+#[inline(always)]
+unsafe fn filter_row(
+    (query_norms, target, margin): (GlobalPtr<f32>, &FilterTarget, Margin),
+    (query_start, query_count): (u64, u64),
+    row: u64,
+) -> (f32, f32) {
+    if row >= query_count {
+        return (0.0, f32::NAN);
+    }
+    let query = query_start + row;
+    let norm = unsafe { query_norms.read(query) };
+    (norm, margin.widen(unsafe { target.bounds.read(query) }, norm, 1.0))
+}
+
 /// Starts the asynchronous copy of four components of one `f32` vector from component
 /// `first` on into `destination` (16 bytes of shared memory), as [`load_chunk`] reads them:
 /// zeros past the dimension or past the tile's last vector (`count`), which are not read;
@@ -741,12 +761,9 @@ unsafe fn tf32_product<S: Component, const SPLIT: bool, const FILTER: bool>(
         if FILTER {
             let edge = thread % TILE as usize;
             if thread < TILE as usize {
-                let (mut norm, mut bound) = (0.0, f32::NAN);
-                if (edge as u64) < query_count {
-                    let query = query_start + edge as u64;
-                    norm = unsafe { params.query_norms.read(query) };
-                    bound = margin.widen(unsafe { target.bounds.read(query) }, norm, 1.0);
-                }
+                let rows = (query_start, query_count);
+                let (norm, bound) =
+                    unsafe { filter_row((params.query_norms, &target, margin), rows, edge as u64) };
                 unsafe { (edges.row_norms.store(edge, norm), edges.row_bounds.store(edge, bound)) };
             } else {
                 let mut norm = 0.0;
@@ -983,12 +1000,8 @@ unsafe fn walk(filter: Tf32FilterParams<f32>) {
     // The rows, once: each query's squared norm and its bound widened by its margin (read
     // while the first copies land).
     if thread < TILE as usize {
-        let (mut norm, mut bound) = (0.0, f32::NAN);
-        if (thread as u64) < query_count {
-            let query = query_start + thread as u64;
-            norm = unsafe { params.query_norms.read(query) };
-            bound = margin.widen(unsafe { target.bounds.read(query) }, norm, 1.0);
-        }
+        let rows = (query_start, query_count);
+        let (norm, bound) = unsafe { filter_row((params.query_norms, &target, margin), rows, thread as u64) };
         unsafe { (row_norms.store(thread, norm), row_bounds.store(thread, bound)) };
     }
     // The queries, every step into a stage of its own, as a group before the base's.
